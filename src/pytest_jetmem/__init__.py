@@ -1,0 +1,1 @@
+"""pytest-jetmem: memory-mode regression testing of CUDA code."""

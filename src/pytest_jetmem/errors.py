@@ -1,0 +1,66 @@
+"""Exceptions raised by pytest-jetmem."""
+
+from __future__ import annotations
+
+
+class JetmemError(Exception):
+    """Base class of every pytest-jetmem error."""
+
+
+class CudaError(JetmemError):
+    """A CUDA driver or NVRTC call returned an error code.
+
+    ``name`` is the CUDA error name (``CUDA_ERROR_OUT_OF_MEMORY``), ``call`` the API call.
+    """
+
+    def __init__(self, call: str, name: str, code: int, detail: str = "") -> None:
+        self.call = call
+        self.name = name
+        self.code = code
+        self.detail = detail
+        msg = f"{call} failed: {name} ({code})"
+        if detail:
+            msg += f": {detail}"
+        super().__init__(msg)
+
+    @property
+    def sticky(self) -> bool:
+        """True for errors that corrupt the CUDA context until it is reset."""
+        return self.name in STICKY_ERRORS
+
+
+# Errors after which the context is unusable (CUDA programming guide, "Error checking").
+STICKY_ERRORS = frozenset(
+    {
+        "CUDA_ERROR_ILLEGAL_ADDRESS",
+        "CUDA_ERROR_LAUNCH_FAILED",
+        "CUDA_ERROR_ILLEGAL_INSTRUCTION",
+        "CUDA_ERROR_MISALIGNED_ADDRESS",
+        "CUDA_ERROR_INVALID_ADDRESS_SPACE",
+        "CUDA_ERROR_INVALID_PC",
+        "CUDA_ERROR_HARDWARE_STACK_ERROR",
+        "CUDA_ERROR_ASSERT",
+        "CUDA_ERROR_TRAP",  # not a real name in all versions; harmless if absent
+        "CUDA_ERROR_ECC_UNCORRECTABLE",
+    }
+)
+
+
+class CudaUnavailable(JetmemError):
+    """No CUDA driver, no device or no NVRTC: GPU tests skip with ``reason``."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(reason)
+
+
+class CompileError(JetmemError):
+    """NVRTC rejected a kernel; the message holds the kernel name and the NVRTC log."""
+
+
+class ModeUnsupported(JetmemError):
+    """The device cannot do this memory mode (reason says which attribute)."""
+
+
+class AllocationRefused(JetmemError):
+    """An allocation was refused before the driver was asked (larger than free memory)."""

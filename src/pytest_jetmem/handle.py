@@ -1,0 +1,230 @@
+"""The ``jetmem`` handle a test receives: allocation in its memory mode, kernels, synchronisation, teardown."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from . import kernels as bundled
+from .buffer import Buffer
+from .compiler import CompiledKernel, KernelCache, compile_kernel
+from .device import Device, DeviceInfo
+from .errors import AllocationRefused, CudaError
+from .launch import Kernel, parse_signature
+from .modes import MemoryMode, get_mode, host_available_bytes
+
+
+class Runtime:
+    """Session-wide state: the open device, the compile cache and the loaded modules."""
+
+    def __init__(self, device: Device, cache: KernelCache | None, compile_options: Sequence[str] = ()) -> None:
+        self.device = device
+        self.cache = cache
+        self.compile_options = tuple(compile_options)
+        self._functions: dict[str, tuple[int, Any, Any]] = {}  # key -> (generation, module, function)
+        self._compiled: dict[tuple[str, str, tuple[str, ...]], CompiledKernel] = {}
+
+    @property
+    def drv(self) -> Any:
+        return self.device.drv
+
+    def compiled(self, source: str, name: str, options: Sequence[str], filename: str | None = None) -> CompiledKernel:
+        opts = (*self.compile_options, *options)
+        key = (source, name, opts)
+        if key not in self._compiled:
+            self._compiled[key] = compile_kernel(
+                source, name, self.device.info.arch, opts, cache=self.cache, drv=self.drv, filename=filename
+            )
+        return self._compiled[key]
+
+    def function(self, compiled: CompiledKernel) -> Any:
+        entry = self._functions.get(compiled.key)
+        if entry is None or entry[0] != self.device.generation:
+            module = self.drv.module_load_data(compiled.cubin)
+            try:
+                func = self.drv.module_get_function(module, compiled.symbol)
+            except CudaError:
+                self.drv.module_unload(module)
+                raise
+            entry = (self.device.generation, module, func)
+            self._functions[compiled.key] = entry
+        return entry[2]
+
+    def close(self) -> None:
+        for generation, module, _ in self._functions.values():
+            if generation == self.device.generation:
+                try:
+                    self.drv.module_unload(module)
+                except CudaError:
+                    pass
+        self._functions.clear()
+        self.device.close()
+
+
+class Jetmem:
+    """Per-test handle for one memory mode; every buffer it allocates is freed at teardown."""
+
+    def __init__(self, runtime: Runtime, mode: str, nodeid: str = "") -> None:
+        self._rt = runtime
+        self._mode: MemoryMode = get_mode(mode)
+        self.nodeid = nodeid
+        self.buffers: list[Buffer] = []
+        self.allocated_bytes = 0
+        self.closed = False
+
+    # -- facts -------------------------------------------------------------------------------------
+    @property
+    def mode(self) -> str:
+        return self._mode.name
+
+    @property
+    def device(self) -> DeviceInfo:
+        return self._rt.device.info
+
+    @property
+    def stream(self) -> Any:
+        return self._rt.device.stream
+
+    @property
+    def stream_handle(self) -> int:
+        """The stream as an integer (for the CUDA Array Interface and other libraries)."""
+        return int(self._rt.device.stream)
+
+    @property
+    def _drv(self) -> Any:
+        return self._rt.drv
+
+    def __repr__(self) -> str:
+        return f"<jetmem {self.mode} on {self.device.name}: {len(self.live_buffers())} live buffers>"
+
+    # -- allocation --------------------------------------------------------------------------------
+    def empty(self, shape: int | Sequence[int], dtype: Any = np.float32, mode: str | None = None) -> Buffer:
+        """An uninitialised buffer in this test's memory mode (or ``mode``)."""
+        shp = (int(shape),) if isinstance(shape, (int, np.integer)) else tuple(int(s) for s in shape)
+        if any(s < 0 for s in shp):
+            raise ValueError(f"{self.nodeid}: jetmem.empty: shape must be non-negative, got {shape!r}")
+        dt = np.dtype(dtype)
+        if dt.hasobject or dt.itemsize == 0:
+            raise TypeError(f"{self.nodeid}: jetmem.empty: dtype {dt} cannot live in GPU memory")
+        memmode = get_mode(mode) if mode else self._mode
+        nbytes = int(np.prod(shp)) * dt.itemsize
+        alloc = self._allocate(memmode, nbytes)
+        buf = Buffer(self, memmode, alloc, shp, dt)
+        self.buffers.append(buf)
+        self.allocated_bytes += nbytes
+        return buf
+
+    def zeros(self, shape: int | Sequence[int], dtype: Any = np.float32, mode: str | None = None) -> Buffer:
+        buf = self.empty(shape, dtype, mode)
+        if buf.nbytes:
+            self._drv.memset_d8(buf.ptr, 0, buf.nbytes, self.stream)
+        return buf
+
+    def array(self, data: Any, dtype: Any = None, mode: str | None = None) -> Buffer:
+        """A buffer holding a copy of host ``data``."""
+        src = np.asarray(data, dtype=dtype)
+        return self.empty(src.shape, src.dtype, mode).copy_from(src)
+
+    def empty_like(self, other: Any, dtype: Any = None, mode: str | None = None) -> Buffer:
+        """A buffer of the shape and dtype of a buffer or array (in this test's mode, unless ``mode``)."""
+        return self.empty(tuple(other.shape), dtype or other.dtype, mode)
+
+    def _allocate(self, memmode: MemoryMode, nbytes: int) -> Any:
+        size = max(nbytes, 1)  # a zero-byte buffer still gets an address
+        if memmode.pool == "host":
+            free = host_available_bytes()
+            where = "host memory available (MemAvailable)"
+        else:
+            free = self._rt.device.free_memory()
+            where = "device memory free (cuMemGetInfo)"
+        if free is not None and size > free:
+            raise AllocationRefused(
+                f"{self.nodeid}: refused to allocate {size} bytes of {memmode.name} memory: only {free} bytes of "
+                f"{where}; a larger request could hang the GPU"
+            )
+        return memmode.allocate(self._drv, size)
+
+    def live_buffers(self) -> list[Buffer]:
+        return [b for b in self.buffers if not b.freed]
+
+    def _free(self, buf: Buffer) -> None:
+        alloc = buf._release()
+        if alloc is not None:
+            buf.memory_mode.free(self._drv, alloc)
+
+    # -- kernels -----------------------------------------------------------------------------------
+    def compile(self, source: str, name: str, options: Sequence[str] = ()) -> Kernel:
+        """Compile ``name`` from CUDA ``source`` with NVRTC for this device (cached on disk)."""
+        compiled = self._rt.compiled(source, name, tuple(options))
+        return Kernel(self, compiled, parse_signature(source, name))
+
+    def kernel(self, name: str) -> Kernel:
+        """A bundled kernel by name (see ``pytest_jetmem.kernels.names()``)."""
+        srcs = bundled.sources()
+        if name not in srcs:
+            raise KeyError(f"{self.nodeid}: no bundled kernel {name!r}; bundled: {', '.join(sorted(srcs))}")
+        compiled = self._rt.compiled(srcs[name], name, (), filename=bundled.source_file(name))
+        return Kernel(self, compiled, parse_signature(srcs[name], name))
+
+    def _function(self, compiled: CompiledKernel) -> Any:
+        return self._rt.function(compiled)
+
+    def _before_launch(self) -> None:
+        """Hook for launch bookkeeping (Tegra-strict mode tracks in-flight work here)."""
+
+    def _check_host_access(self, buf: Buffer) -> None:
+        """Hook called before host access through a buffer's API."""
+
+    def copy(self, dst: Buffer, src: Buffer) -> None:
+        """Queue a device-side copy of ``src`` into ``dst`` (cuMemcpyDtoDAsync; any modes)."""
+        if dst.nbytes != src.nbytes:
+            raise ValueError(f"{self.nodeid}: jetmem.copy: {src!r} and {dst!r} differ in size")
+        if src.nbytes:
+            self._drv.memcpy_dtod(dst.ptr, src.ptr, src.nbytes, self.stream)
+
+    def time_gpu(self, fn: Any, repeats: int = 20, warmup: int = 2) -> np.ndarray:
+        """Device time in ms of ``fn()`` (work queued on jetmem's stream), one CUDA-event pair per sample."""
+        if repeats < 1 or warmup < 0:
+            raise ValueError(f"{self.nodeid}: time_gpu: repeats >= 1 and warmup >= 0, got {repeats}, {warmup}")
+        drv = self._drv
+        start, end = drv.event_create(), drv.event_create()
+        try:
+            for _ in range(warmup):
+                fn()
+            self.synchronize()
+            out = np.empty(repeats)
+            for i in range(repeats):
+                drv.event_record(start, self.stream)
+                fn()
+                drv.event_record(end, self.stream)
+                drv.event_synchronize(end)
+                out[i] = drv.event_elapsed_ms(start, end)
+            return out
+        finally:
+            drv.event_destroy(start)
+            drv.event_destroy(end)
+
+    # -- synchronisation ---------------------------------------------------------------------------
+    def synchronize(self) -> None:
+        """Wait for all work queued on jetmem's stream."""
+        self._rt.device.synchronize()
+
+    # -- teardown ----------------------------------------------------------------------------------
+    def close(self) -> list[str]:
+        """Free every live buffer; return the problems met (teardown reports them)."""
+        problems: list[str] = []
+        if self.closed:
+            return problems
+        self.closed = True
+        try:
+            self.synchronize()
+        except CudaError as exc:
+            problems.append(f"synchronize at teardown: {exc}")
+        for buf in reversed(self.buffers):
+            try:
+                self._free(buf)
+            except CudaError as exc:
+                problems.append(f"freeing {buf!r}: {exc}")
+        return problems

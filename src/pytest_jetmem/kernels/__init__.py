@@ -1,0 +1,121 @@
+"""Bundled kernels: CUDA sources in this folder, launch helpers, and numpy references (``reference``).
+
+``SOURCES`` maps each bundled kernel name to its ``.cu`` file; ``jetmem.kernel(name)`` compiles one.
+The helpers below pick launch shapes that suit each kernel, so tests and benchmarks launch them alike.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import cache
+from importlib import resources
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from ..buffer import Buffer
+    from ..handle import Jetmem
+
+STREAM_BLOCK = 256
+CONV_BLOCK = (16, 16)
+MATMUL_TILE = 32
+
+
+@cache
+def sources() -> dict[str, str]:
+    """Bundled kernel name -> the text of the ``.cu`` file that defines it."""
+    out: dict[str, str] = {}
+    for entry in resources.files(__name__).iterdir():
+        if entry.name.endswith(".cu"):
+            text = entry.read_text()
+            for name in re.findall(r'extern\s+"C"\s+__global__\s+void\s+(\w+)\s*\(', text):
+                out[name] = text
+    return out
+
+
+def source_file(name: str) -> str:
+    """The ``.cu`` file name defining bundled kernel ``name``."""
+    for entry in resources.files(__name__).iterdir():
+        if entry.name.endswith(".cu") and re.search(rf"__global__\s+void\s+{name}\s*\(", entry.read_text()):
+            return entry.name
+    raise KeyError(name)
+
+
+def names() -> list[str]:
+    return sorted(sources())
+
+
+def stream_grid(n: int, sm_count: int) -> int:
+    """Blocks for a grid-stride stream kernel over n floats: enough for every SM, one float4 per thread."""
+    n4 = max(1, n // 4)
+    return max(1, min((n4 + STREAM_BLOCK - 1) // STREAM_BLOCK, sm_count * 64))
+
+
+def conv2d(jm: Jetmem, image: Buffer, kernel: Buffer, out: Buffer) -> None:
+    """Queue ``out = conv2d_replicate(image, kernel)``; image and out are (height, width) float32."""
+    _expect(image, 2, np.float32, "image")
+    _expect(kernel, 2, np.float32, "kernel")
+    _expect(out, 2, np.float32, "out")
+    h, w = image.shape
+    kh, kw = kernel.shape
+    if kh % 2 == 0 or kw % 2 == 0:
+        raise ValueError(f"conv2d: kernel sizes must be odd, got {kernel.shape}")
+    if out.shape != image.shape:
+        raise ValueError(f"conv2d: out shape {out.shape} differs from image shape {image.shape}")
+    grid = ((w + CONV_BLOCK[0] - 1) // CONV_BLOCK[0], (h + CONV_BLOCK[1] - 1) // CONV_BLOCK[1])
+    jm.kernel("conv2d_replicate").launch(grid, CONV_BLOCK, (image, out, kernel, w, h, kw, kh))
+
+
+def matmul(jm: Jetmem, a: Buffer, b: Buffer, c: Buffer) -> None:
+    """Queue ``c = a @ b`` with the shared-memory tiled kernel."""
+    for buf, what in ((a, "a"), (b, "b"), (c, "c")):
+        _expect(buf, 2, np.float32, what)
+    m, k = a.shape
+    k2, n = b.shape
+    if k != k2 or c.shape != (m, n):
+        raise ValueError(f"matmul: shapes {a.shape} @ {b.shape} -> {c.shape} do not fit")
+    grid = ((n + MATMUL_TILE - 1) // MATMUL_TILE, (m + MATMUL_TILE - 1) // MATMUL_TILE)
+    jm.kernel("matmul_tiled").launch(grid, (MATMUL_TILE, MATMUL_TILE), (a, b, c, m, n, k))
+
+
+def stream(jm: Jetmem, op: str, *buffers: Buffer, value: float = 1.0) -> None:
+    """Queue a stream kernel: ``read(in, sink)``, ``write(out)``, ``copy(in, out)``, ``fill(out)``."""
+    sms = jm.device.attr("MULTIPROCESSOR_COUNT") or 1
+    n = buffers[0].size
+    for b in buffers:
+        _expect(b, None, np.float32, op)
+    grid = stream_grid(n, sms)
+    k = jm.kernel(f"stream_{op}")
+    if op == "read":
+        src, sink = buffers
+        k.launch(grid, STREAM_BLOCK, (src, n, sink))
+    elif op == "write":
+        k.launch(grid, STREAM_BLOCK, (buffers[0], n, value))
+    elif op == "copy":
+        src, dst = buffers
+        if dst.size != n:
+            raise ValueError(f"stream copy: sizes differ ({n} -> {dst.size})")
+        k.launch(grid, STREAM_BLOCK, (src, dst, n))
+    elif op == "fill":
+        k.launch(grid, STREAM_BLOCK, (buffers[0], n, value))
+    else:
+        raise ValueError(f"stream: unknown op {op!r}; expected read, write, copy or fill")
+
+
+def coherence(jm: Jetmem, buf: Buffer, expect_seed: int, new_seed: int, check: bool, result: Buffer) -> None:
+    """Queue the coherence probe over ``buf`` (uint32); ``result`` is 2 uint64 set to (0, ~0)."""
+    _expect(buf, None, np.uint32, "buf")
+    _expect(result, None, np.uint64, "result")
+    sms = jm.device.attr("MULTIPROCESSOR_COUNT") or 1
+    grid = max(1, min((buf.size + 255) // 256, sms * 32))
+    jm.kernel("coherence_check_write").launch(
+        grid, 256, (buf, buf.size, expect_seed & 0xFFFFFFFF, new_seed & 0xFFFFFFFF, int(check), result)
+    )
+
+
+def _expect(buf: Buffer, ndim: int | None, dtype: type, what: str) -> None:
+    if buf.dtype != np.dtype(dtype):
+        raise TypeError(f"{what}: expected a {np.dtype(dtype)} buffer, got {buf.dtype}")
+    if ndim is not None and len(buf.shape) != ndim:
+        raise ValueError(f"{what}: expected {ndim} dimensions, got shape {buf.shape}")

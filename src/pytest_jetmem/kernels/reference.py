@@ -1,0 +1,67 @@
+"""numpy references for the bundled kernels (the ground truth GPU results are checked against)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def conv2d_replicate(image: np.ndarray, kernel: np.ndarray) -> np.ndarray:
+    """2D convolution with a replicate border: ``scipy.ndimage.convolve(image, kernel, mode="nearest")``."""
+    image = np.asarray(image, dtype=np.float32)
+    kernel = np.asarray(kernel, dtype=np.float32)
+    kh, kw = kernel.shape
+    if kh % 2 == 0 or kw % 2 == 0:
+        raise ValueError(f"kernel: expected odd sizes, got {kernel.shape}")
+    ry, rx = kh // 2, kw // 2
+    padded = np.pad(image.astype(np.float64), ((ry, ry), (rx, rx)), mode="edge")
+    flipped = kernel[::-1, ::-1].astype(np.float64)
+    h, w = image.shape
+    out = np.zeros((h, w), dtype=np.float64)
+    for j in range(kh):
+        for i in range(kw):
+            out += flipped[j, i] * padded[j : j + h, i : i + w]
+    return out.astype(np.float32)
+
+
+def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """C = A @ B in float64, returned as float32."""
+    return (np.asarray(a, np.float64) @ np.asarray(b, np.float64)).astype(np.float32)
+
+
+def stream_read(x: np.ndarray) -> np.float32:
+    """The sum the read kernel leaves in ``sink[0]``."""
+    return np.float32(np.sum(np.asarray(x, np.float64)))
+
+
+def stream_write(n: int, scale: float) -> np.ndarray:
+    """``out[i] = float32(i) * float32(scale)``."""
+    return np.arange(n, dtype=np.float64).astype(np.float32) * np.float32(scale)
+
+
+def stream_copy(x: np.ndarray) -> np.ndarray:
+    return np.array(x, dtype=np.float32, copy=True)
+
+
+def stream_fill(n: int, value: float) -> np.ndarray:
+    return np.full(n, value, dtype=np.float32)
+
+
+def coherence_pattern(n: int, seed: int, start: int = 0) -> np.ndarray:
+    """The uint32 pattern the coherence kernel writes: a hash of the index and the seed."""
+    i = np.arange(start, start + n, dtype=np.uint64)
+    lo = (i & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+    hi = (i >> np.uint64(32)).astype(np.uint32)
+    with np.errstate(over="ignore"):
+        x = (lo * np.uint32(2654435761)) ^ (hi * np.uint32(0x85EBCA6B)) ^ np.uint32(seed & 0xFFFFFFFF)
+        x ^= x >> np.uint32(16)
+        x *= np.uint32(0x7FEB352D)
+        x ^= x >> np.uint32(15)
+        x *= np.uint32(0x846CA68B)
+        x ^= x >> np.uint32(16)
+    return x
+
+
+def coherence_check(buf: np.ndarray, expect_seed: int) -> tuple[int, int | None]:
+    """(mismatch count, first bad index or None) of ``buf`` against the pattern of ``expect_seed``."""
+    bad = np.flatnonzero(np.asarray(buf, np.uint32).ravel() != coherence_pattern(buf.size, expect_seed))
+    return int(bad.size), (int(bad[0]) if bad.size else None)

@@ -1,0 +1,32 @@
+"""Buffers handed to CuPy and PyTorch are used in place: same address, writes seen on both sides."""
+
+import numpy as np
+import pytest
+
+
+@pytest.mark.memmode
+def test_cupy_uses_buffer_in_place(jetmem):
+    cp = pytest.importorskip("cupy")
+    buf = jetmem.array(np.arange(4096, dtype=np.float32))
+    arr = cp.asarray(buf)
+    assert arr.data.ptr == buf.ptr
+    arr *= 2  # CuPy writes, we read
+    cp.cuda.runtime.deviceSynchronize()
+    np.testing.assert_array_equal(buf.to_numpy(), 2 * np.arange(4096))
+    buf.copy_from(np.full(4096, 7, np.float32))  # we write, CuPy reads
+    assert float(arr.sum()) == 7 * 4096
+
+
+@pytest.mark.memmode
+def test_torch_uses_buffer_in_place(jetmem):
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch has no CUDA")
+    buf = jetmem.array(np.arange(4096, dtype=np.float32))
+    t = torch.as_tensor(buf, device="cuda")
+    assert t.data_ptr() == buf.ptr
+    t.add_(1)
+    torch.cuda.synchronize()
+    np.testing.assert_array_equal(buf.to_numpy(), np.arange(4096) + 1)
+    buf.copy_from(np.full(4096, 3, np.float32))
+    assert float(t.sum().item()) == 3 * 4096

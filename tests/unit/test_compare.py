@@ -1,0 +1,187 @@
+"""Unit tests of pytest_jetmem.compare (no GPU)."""
+
+from __future__ import annotations
+
+import math
+import re
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pytest_jetmem.compare import Comparison, Verdict, compare
+
+
+def lognormal_pair(
+    seed: int, shift: float, n: int = 50, noise: float = 0.02, median_ms: float = 0.3
+) -> tuple[np.ndarray, np.ndarray]:
+    """Baseline and current timings: lognormal around ``median_ms``, current ``shift`` slower (0.1 = 10%)."""
+    rng = np.random.default_rng(seed)
+    base = median_ms * rng.lognormal(0.0, noise, n)
+    cur = median_ms * (1.0 + shift) * rng.lognormal(0.0, noise, n)
+    return base, cur
+
+
+def test_verdict_is_a_str_enum() -> None:
+    assert Verdict.REGRESSION == "regression"
+    assert Verdict("noisy") is Verdict.NOISY
+    assert {v.name for v in Verdict} == {"REGRESSION", "IMPROVEMENT", "UNCHANGED", "NOISY"}
+
+
+def test_no_shift_is_never_a_regression_at_5pct() -> None:
+    verdicts = [compare(*lognormal_pair(seed, 0.0), threshold_pct=5).verdict for seed in range(200)]
+    assert Verdict.REGRESSION not in verdicts
+    assert Verdict.IMPROVEMENT not in verdicts
+    assert verdicts.count(Verdict.UNCHANGED) == 200
+
+
+def test_no_shift_rarely_called_even_at_zero_threshold() -> None:
+    # With no threshold only the statistics stand guard: CI and rank test at 1% must both fire.
+    called = sum(
+        compare(*lognormal_pair(seed, 0.0), threshold_pct=0).verdict in (Verdict.REGRESSION, Verdict.IMPROVEMENT)
+        for seed in range(200)
+    )
+    assert called <= 6
+
+
+def test_ten_pct_shift_is_a_regression() -> None:
+    for seed in range(20):
+        c = compare(*lognormal_pair(seed, 0.10), threshold_pct=5)
+        assert c.verdict is Verdict.REGRESSION, c.describe()
+        assert c.ratio > 1.05 and c.ci_low > 1.0 and c.p_value < 0.01
+
+
+def test_ten_pct_speedup_is_an_improvement_and_swapping_mirrors() -> None:
+    for seed in range(20):
+        base, cur = lognormal_pair(seed, 0.10)
+        assert compare(cur, base, threshold_pct=5).verdict is Verdict.IMPROVEMENT
+        c = compare(*lognormal_pair(seed, -0.10), threshold_pct=5)
+        assert c.verdict is Verdict.IMPROVEMENT, c.describe()
+        assert c.ci_high < 1.0
+
+
+def test_three_pct_shift_below_5pct_threshold_is_not_a_regression() -> None:
+    verdicts = {compare(*lognormal_pair(seed, 0.03), threshold_pct=5).verdict for seed in range(50)}
+    assert Verdict.REGRESSION not in verdicts
+    assert verdicts == {Verdict.UNCHANGED}
+
+
+def test_three_pct_shift_is_caught_by_a_1pct_threshold() -> None:
+    c = compare(*lognormal_pair(0, 0.03, n=200), threshold_pct=1)
+    assert c.verdict is Verdict.REGRESSION
+
+
+def test_outliers_do_not_make_a_regression() -> None:
+    # Rare large outliers (20% CV in the reference run) must not move a median-based decision.
+    for seed in range(50):
+        base, cur = lognormal_pair(seed, 0.0, n=100)
+        rng = np.random.default_rng(1000 + seed)
+        hit = rng.random(cur.size) < 0.05
+        cur = np.where(hit, cur * 5.0, cur)
+        assert compare(base, cur, threshold_pct=5).verdict is Verdict.UNCHANGED
+
+
+def test_past_threshold_but_unclear_is_noisy() -> None:
+    # ratio of medians 1.2, but 3 samples a side: the rank test cannot get below p = 0.08
+    c = compare([1.0, 1.0, 1.0], [1.2, 0.9, 1.3], threshold_pct=5)
+    assert c.ratio == pytest.approx(1.2)
+    assert c.p_value > 0.01
+    assert c.verdict is Verdict.NOISY
+    assert "but not statistically clear: NOISY" in c.describe()
+    slow = compare([1.0, 1.0, 1.0], [0.8, 1.1, 0.7], threshold_pct=5)
+    assert slow.verdict is Verdict.NOISY
+
+
+def test_wide_noise_with_few_samples_is_never_a_regression() -> None:
+    for seed in range(50):
+        c = compare(*lognormal_pair(seed, 0.10, n=5, noise=0.5), threshold_pct=5)
+        # n = 5 a side: at best U = 0, z = 12 / sqrt(25 * 11 / 12) = 2.507, p = 0.0122 > alpha
+        assert c.p_value > 0.012
+        assert c.verdict is not Verdict.REGRESSION
+
+
+def test_describe_matches_the_documented_line() -> None:
+    c = Comparison(
+        ratio=1.083,
+        ci_low=1.061,
+        ci_high=1.102,
+        p_value=2e-9,
+        threshold_pct=5,
+        verdict=Verdict.REGRESSION,
+        baseline_median=0.288,
+        current_median=0.312,
+    )
+    assert c.describe() == (
+        "median 0.312 ms vs baseline 0.288 ms: +8.3% (99% CI +6.1%..+10.2%, p=2e-9) > 5% threshold: REGRESSION"
+    )
+
+
+def test_describe_of_real_comparisons() -> None:
+    reg = compare(*lognormal_pair(0, 0.10), threshold_pct=5).describe()
+    assert re.fullmatch(
+        r"median 0\.3\d\d ms vs baseline 0\.\d{3} ms: \+\d+\.\d% \(99% CI \+\d+\.\d%\.\.\+\d+\.\d%, "
+        r"p=\de-\d+\) > 5% threshold: REGRESSION",
+        reg,
+    ), reg
+    imp = compare(*lognormal_pair(0, -0.10), threshold_pct=5).describe()
+    assert imp.endswith("< -4.76% threshold: IMPROVEMENT"), imp
+    same = compare(*lognormal_pair(0, 0.0), threshold_pct=5).describe()
+    assert same.endswith("within 5% threshold: UNCHANGED"), same
+    assert "p=0." in same
+
+
+def test_comparison_fields_and_to_dict() -> None:
+    base, cur = lognormal_pair(3, 0.10, n=40)
+    c = compare(base, cur, threshold_pct=5, confidence=0.95, alpha=0.05)
+    assert c.baseline_median == pytest.approx(float(np.median(base)))
+    assert c.current_median == pytest.approx(float(np.median(cur)))
+    assert c.ratio == pytest.approx(c.current_median / c.baseline_median)
+    assert c.change_pct == pytest.approx((c.ratio - 1) * 100)
+    assert (c.n_baseline, c.n_current, c.confidence, c.alpha) == (40, 40, 0.95, 0.05)
+    d = c.to_dict()
+    assert d["verdict"] == "regression" and d["threshold_pct"] == 5.0
+    assert "95% CI" in c.describe()
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -1.0, -0.001, "5", None, True])
+def test_threshold_is_validated(bad: object) -> None:
+    with pytest.raises(ValueError, match="threshold_pct"):
+        compare([1.0, 2.0], [1.0, 2.0], threshold_pct=bad)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("kwargs", [{"alpha": 0.0}, {"alpha": 1.0}, {"confidence": 1.5}])
+def test_alpha_and_confidence_are_validated(kwargs: dict[str, float]) -> None:
+    with pytest.raises(ValueError):
+        compare([1.0, 2.0], [1.0, 2.0], threshold_pct=5, **kwargs)
+
+
+def test_threshold_accepts_numpy_numbers() -> None:
+    assert compare([1.0] * 5, [1.0] * 5, threshold_pct=np.float32(5)).verdict is Verdict.UNCHANGED
+    assert compare([1.0] * 5, [1.0] * 5, threshold_pct=np.int64(0)).threshold_pct == 0.0
+
+
+durations = st.floats(min_value=1e-3, max_value=1e3, allow_nan=False, allow_infinity=False)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(durations, min_size=1, max_size=40),
+    st.lists(durations, min_size=1, max_size=40),
+    st.floats(min_value=0.0, max_value=50.0),
+)
+def test_verdict_is_consistent_with_its_figures(b: list[float], c: list[float], t: float) -> None:
+    r = compare(b, c, threshold_pct=t)
+    up = 1 + t / 100
+    assert r.ci_low <= r.ratio <= r.ci_high
+    assert 0.0 <= r.p_value <= 1.0
+    if r.verdict is Verdict.REGRESSION:
+        assert r.ratio > up and r.ci_low > 1 and r.p_value < 0.01
+    elif r.verdict is Verdict.IMPROVEMENT:
+        assert r.ratio < 1 / up and r.ci_high < 1 and r.p_value < 0.01
+    elif r.verdict is Verdict.NOISY:
+        assert r.ratio > up or r.ratio < 1 / up
+    else:
+        assert 1 / up <= r.ratio <= up
+    assert r.describe().endswith(r.verdict.name)
+    assert not math.isnan(r.ratio)

@@ -1,0 +1,405 @@
+"""Tests of pytest_jetmem.isolation with real child processes (no GPU)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+import pytest_jetmem
+from pytest_jetmem.isolation import (
+    CHILD_RESULT_ENV,
+    ChildResult,
+    Outcome,
+    classify,
+    explain,
+    read_child_result,
+    run_child,
+    write_child_result,
+)
+
+pytestmark = pytest.mark.skipif(os.name != "posix", reason="process groups are POSIX only")
+
+SRC = str(Path(pytest_jetmem.__file__).resolve().parent.parent)
+TIMEOUT_S = 30.0  # generous: only the timeout test relies on the deadline
+
+
+def child_env() -> dict[str, str]:
+    """This environment with pytest_jetmem importable in the child."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (SRC, env.get("PYTHONPATH")) if p)
+    env.pop(CHILD_RESULT_ENV, None)
+    return env
+
+
+def run_py(code: str, timeout_s: float = TIMEOUT_S, **kwargs) -> ChildResult:
+    """Run a Python snippet as the child."""
+    return run_child([sys.executable, "-c", textwrap.dedent(code)], timeout_s, env=child_env(), **kwargs)
+
+
+WRITE = "import os; from pytest_jetmem.isolation import write_child_result as w; P = os.environ[{env!r}]\n"
+WRITE = WRITE.format(env=CHILD_RESULT_ENV)
+
+
+def gone(pid: int) -> bool:
+    """True when ``pid`` no longer runs (absent, or a zombie waiting for a reaper)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[0] in ("Z", "X")
+
+
+def live_members(pgid: int) -> list[int]:
+    """Pids of the running (not zombie) processes in group ``pgid``; needs Linux /proc."""
+    if not os.path.isdir("/proc/self"):
+        pytest.skip("no /proc")
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            fields = Path(f"/proc/{entry}/stat").read_text().rpartition(")")[2].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
+            found.append(int(entry))
+    return found
+
+
+def wait_gone(pid: int, within_s: float = 5.0) -> bool:
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        if gone(pid):
+            return True
+        time.sleep(0.02)
+    return gone(pid)
+
+
+# -- signals ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("signame", "outcome"),
+    [("SIGSEGV", Outcome.FAULT), ("SIGBUS", Outcome.FAULT), ("SIGABRT", Outcome.SIGNAL)],
+)
+def test_killed_by_signal(signame: str, outcome: Outcome) -> None:
+    r = run_py(f"import os, signal; os.kill(os.getpid(), signal.{signame})")
+    assert r.outcome is outcome
+    assert r.returncode == -getattr(signal, signame)
+    assert r.signal_name == signame
+    assert r.message == f"the child was killed by {signame}"
+    assert r.report is None
+
+
+def test_fault_after_writing_passed_is_still_fault() -> None:
+    r = run_py(WRITE + "w(P, 'passed', 'all good'); import signal; os.kill(os.getpid(), signal.SIGSEGV)")
+    assert r.outcome is Outcome.FAULT
+    assert r.signal_name == "SIGSEGV"
+    assert r.report == {"outcome": "passed", "message": "all good", "cuda_error": None}
+    assert "after it had written 'passed'" in (r.message or "")
+
+
+# -- written results ----------------------------------------------------------------------------------------
+
+
+def test_passed_and_env_var_and_cleanup() -> None:
+    r = run_py(WRITE + "print(P); w(P, 'passed', '')")
+    assert r.outcome is Outcome.PASSED
+    assert r.returncode == 0
+    assert r.signal_name is None
+    result_path = r.stdout.strip()
+    assert result_path.endswith("result.json")
+    assert not os.path.exists(result_path)  # read and deleted
+    assert not os.path.exists(os.path.dirname(result_path))
+
+
+def test_failed_carries_message() -> None:
+    r = run_py(WRITE + "w(P, 'failed', 'assert 1 == 2'); raise SystemExit(1)")
+    assert r.outcome is Outcome.FAILED
+    assert r.message == "assert 1 == 2"
+    assert r.returncode == 1
+    assert r.cuda_error_name is None
+
+
+def test_skipped() -> None:
+    r = run_py(WRITE + "w(P, 'skipped', 'no GPU')")
+    assert (r.outcome, r.message) == (Outcome.SKIPPED, "no GPU")
+
+
+def test_cuda_error() -> None:
+    r = run_py(WRITE + "w(P, 'failed', 'cuStreamSynchronize failed', 'CUDA_ERROR_ILLEGAL_ADDRESS'); exit(1)")
+    assert r.outcome is Outcome.CUDA_ERROR
+    assert r.cuda_error_name == "CUDA_ERROR_ILLEGAL_ADDRESS"
+    assert r.message == "cuStreamSynchronize failed"
+
+
+def test_raise_without_result_is_crashed() -> None:
+    r = run_py("raise RuntimeError('boom in the child')")
+    assert r.outcome is Outcome.CRASHED
+    assert r.returncode == 1
+    assert r.report is None
+    assert "RuntimeError: boom in the child" in r.stderr
+    assert "status 1 without writing a result" in (r.message or "")
+
+
+def test_clean_exit_without_result_is_crashed() -> None:
+    r = run_py("pass")
+    assert r.outcome is Outcome.CRASHED
+    assert "wrote no result" in (r.message or "")
+
+
+def test_malformed_result_is_crashed() -> None:
+    r = run_py(WRITE + "open(P, 'w').write('{not json')")
+    assert r.outcome is Outcome.CRASHED
+    assert r.report is not None and "_error" in r.report
+
+
+def test_passed_then_nonzero_exit_is_failed() -> None:
+    r = run_py(WRITE + "w(P, 'passed', ''); raise SystemExit(3)")
+    assert r.outcome is Outcome.FAILED
+    assert "status 3" in (r.message or "")
+
+
+# -- process handling ---------------------------------------------------------------------------------------
+
+HANG = """
+import os, signal, subprocess, sys, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)  # force the SIGKILL escalation
+grandchild = subprocess.Popen(
+    [sys.executable, "-c", "import signal as s, time; s.signal(s.SIGTERM, s.SIG_IGN); time.sleep(600)"]
+)
+print(os.getpid(), grandchild.pid, os.getpgid(0), flush=True)
+time.sleep(600)
+"""
+
+
+def test_timeout_kills_the_whole_group() -> None:
+    r = run_py(HANG, timeout_s=1.0, grace_s=0.5)
+    assert r.outcome is Outcome.TIMEOUT
+    assert r.signal_name == "SIGKILL"  # SIGTERM was ignored
+    assert "within 1 s" in (r.message or "")
+    child_pid, grandchild_pid, pgid = map(int, r.stdout.split())
+    assert pgid == child_pid  # its own process group
+    assert pgid != os.getpgid(0)
+    assert wait_gone(grandchild_pid), "the grandchild survived the timeout"
+    assert live_members(pgid) == []
+
+
+def test_timeout_sigterm_suffices() -> None:
+    r = run_py("import time; time.sleep(600)", timeout_s=1.0, grace_s=10.0)
+    assert r.outcome is Outcome.TIMEOUT
+    assert r.signal_name == "SIGTERM"
+
+
+def test_leftover_grandchild_killed_after_normal_exit() -> None:
+    code = WRITE + textwrap.dedent(
+        """
+        import subprocess, sys
+        g = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        print(g.pid, flush=True)
+        w(P, 'passed', '')
+        """
+    )
+    r = run_py(code)
+    assert r.outcome is Outcome.PASSED
+    assert wait_gone(int(r.stdout.split()[0]))
+
+
+def test_output_is_captured_and_tail_truncated(tmp_path: Path) -> None:
+    code = """
+    import os, sys
+    sys.stdout.write("A" * 10000 + "END-OUT")
+    sys.stderr.write("to stderr")
+    print(os.getcwd(), file=sys.stderr)
+    """
+    r = run_py(code, cwd=tmp_path, tail_bytes=1000)
+    assert r.stdout.endswith("END-OUT")
+    assert r.stdout.startswith("[... 9007 bytes truncated ...]\n")
+    assert "to stderr" in r.stderr
+    assert str(tmp_path) in r.stderr
+    assert r.duration_s >= 0
+
+
+def test_env_is_whole_environment() -> None:
+    code = "import os; print(sorted(k for k in os.environ if k.startswith('JETMEM_T')))"
+    env = {**child_env(), "JETMEM_TEST_X": "1"}
+    r = run_child([sys.executable, "-c", code], TIMEOUT_S, env=env)
+    assert r.stdout.strip() == "['JETMEM_TEST_X']"
+
+
+def test_missing_executable_raises() -> None:
+    with pytest.raises(FileNotFoundError):
+        run_child(["/nonexistent/jetmem-child"], TIMEOUT_S)
+
+
+# -- write_child_result / read_child_result -----------------------------------------------------------------
+
+
+def test_write_child_result_is_atomic_and_valid(tmp_path: Path) -> None:
+    path = tmp_path / "r.json"
+    write_child_result(path, Outcome.FAILED, "msg", cuda_error="CUDA_ERROR_LAUNCH_FAILED")
+    assert json.loads(path.read_text()) == {
+        "outcome": "failed",
+        "message": "msg",
+        "cuda_error": "CUDA_ERROR_LAUNCH_FAILED",
+    }
+    write_child_result(path, "passed", "again")  # replaces
+    assert read_child_result(path) == {"outcome": "passed", "message": "again", "cuda_error": None}
+    assert [p.name for p in tmp_path.iterdir()] == ["r.json"]  # no temporary left behind
+
+
+def test_write_child_result_rejects_bad_outcome(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="outcome must be one of"):
+        write_child_result(tmp_path / "r.json", "fault", "")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_read_child_result(tmp_path: Path) -> None:
+    assert read_child_result(tmp_path / "absent.json") is None
+    (tmp_path / "list.json").write_text("[1]")
+    assert "_error" in read_child_result(tmp_path / "list.json")
+
+
+# -- classify -----------------------------------------------------------------------------------------------
+
+P = {"outcome": "passed", "message": "", "cuda_error": None}
+F = {"outcome": "failed", "message": "assert x", "cuda_error": None}
+S = {"outcome": "skipped", "message": "why", "cuda_error": None}
+C = {"outcome": "failed", "message": "boom", "cuda_error": "CUDA_ERROR_ILLEGAL_ADDRESS"}
+
+
+@pytest.mark.parametrize(
+    ("returncode", "report", "timed_out", "outcome"),
+    [
+        (0, P, False, Outcome.PASSED),
+        (1, F, False, Outcome.FAILED),
+        (0, F, False, Outcome.FAILED),
+        (0, S, False, Outcome.SKIPPED),
+        (1, C, False, Outcome.CUDA_ERROR),
+        (0, C, False, Outcome.CUDA_ERROR),
+        (-signal.SIGSEGV, None, False, Outcome.FAULT),
+        (-signal.SIGBUS, None, False, Outcome.FAULT),
+        (-signal.SIGSEGV, P, False, Outcome.FAULT),  # the signal wins over what was written
+        (-signal.SIGBUS, C, False, Outcome.FAULT),
+        (-signal.SIGABRT, None, False, Outcome.SIGNAL),
+        (-signal.SIGKILL, P, False, Outcome.SIGNAL),
+        (-signal.SIGTERM, None, True, Outcome.TIMEOUT),
+        (-signal.SIGKILL, P, True, Outcome.TIMEOUT),
+        (0, P, True, Outcome.TIMEOUT),
+        (1, None, False, Outcome.CRASHED),
+        (0, None, False, Outcome.CRASHED),
+        (None, None, False, Outcome.CRASHED),
+        (2, P, False, Outcome.FAILED),  # wrote passed, then exited badly
+        (0, {"outcome": "maybe"}, False, Outcome.CRASHED),
+        (0, {}, False, Outcome.CRASHED),
+        (1, {"_error": "not JSON"}, False, Outcome.CRASHED),
+    ],
+)
+def test_classify_table(
+    returncode: int | None, report: dict | None, timed_out: bool, outcome: Outcome
+) -> None:
+    got, message = classify(returncode, report, timed_out)
+    assert got is outcome
+    if outcome not in (Outcome.PASSED, Outcome.SKIPPED):
+        assert message
+
+
+def test_classify_messages() -> None:
+    assert classify(1, F, False) == (Outcome.FAILED, "assert x")
+    assert classify(1, C, False) == (Outcome.CUDA_ERROR, "boom")
+    assert classify(-signal.SIGSEGV, None, False) == (Outcome.FAULT, "the child was killed by SIGSEGV")
+    assert classify(-64, None, False)[0] is Outcome.SIGNAL  # a real-time signal has a name or a number
+
+
+# -- explain ------------------------------------------------------------------------------------------------
+
+
+def make(outcome: Outcome, **kw) -> ChildResult:
+    fields = dict(
+        outcome=outcome,
+        returncode=0,
+        signal_name=None,
+        message=None,
+        cuda_error_name=None,
+        duration_s=0.1,
+        stdout="",
+        stderr="",
+        report=None,
+    )
+    fields.update(kw)
+    return ChildResult(**fields)
+
+
+JETSON_TEXT = (
+    "the child was killed by SIGSEGV: on a device without concurrent managed access "
+    "(CONCURRENT_MANAGED_ACCESS=0, e.g. Jetson) the CPU touched managed memory while the GPU was busy; "
+    "attach the buffer to the host with cuStreamAttachMemAsync (jetmem.attach_host(buf)) "
+    "or synchronize before the CPU access"
+)
+
+
+def test_explain_fault_on_jetson() -> None:
+    r = make(Outcome.FAULT, returncode=-11, signal_name="SIGSEGV", stderr="Fatal Python error: x\nline 2\n")
+    text = explain(r, 0)
+    assert text.startswith(JETSON_TEXT)
+    assert "    line 2" in text  # stderr tail
+
+
+def test_explain_fault_sigbus_on_jetson() -> None:
+    r = make(Outcome.FAULT, returncode=-7, signal_name="SIGBUS")
+    assert explain(r, 0).startswith("the child was killed by SIGBUS: on a device without concurrent")
+
+
+def test_explain_fault_with_concurrent_access() -> None:
+    text = explain(make(Outcome.FAULT, returncode=-11, signal_name="SIGSEGV"), 1)
+    assert "CONCURRENT_MANAGED_ACCESS=1" in text
+    assert "not the managed-memory concurrency rule" in text
+    assert "jetmem.attach_host" not in text
+
+
+def test_explain_fault_unknown_attribute() -> None:
+    text = explain(make(Outcome.FAULT, returncode=-11, signal_name="SIGSEGV"), None)
+    assert "unknown" in text and "jetmem.attach_host(buf)" in text
+
+
+def test_explain_signal_shows_stderr_tail() -> None:
+    stderr = "\n".join(f"line {i}" for i in range(100)) + "\nAborted (core dumped)\n"
+    text = explain(make(Outcome.SIGNAL, returncode=-6, signal_name="SIGABRT", stderr=stderr), 0)
+    assert text.startswith("the child was killed by SIGABRT")
+    assert "Aborted (core dumped)" in text
+    assert "line 0\n" not in text  # only the tail
+
+
+def test_explain_crashed_falls_back_to_stdout() -> None:
+    r = make(Outcome.CRASHED, returncode=1, message="exited with status 1", stdout="E   ImportError: nope")
+    text = explain(r, 0)
+    assert "exited with status 1" in text and "stdout" in text and "ImportError: nope" in text
+
+
+def test_explain_timeout_cuda_failed_skipped_passed() -> None:
+    assert "within 1 s" in explain(make(Outcome.TIMEOUT, message="did not finish within 1 s"), 0)
+    cuda = make(Outcome.CUDA_ERROR, cuda_error_name="CUDA_ERROR_ILLEGAL_ADDRESS", message="sync failed")
+    text = explain(cuda, 0)
+    assert "CUDA_ERROR_ILLEGAL_ADDRESS: sync failed" in text and "sticky" in text
+    assert explain(make(Outcome.FAILED, message="assert 1 == 2"), 0) == (
+        "the test failed in the child: assert 1 == 2"
+    )
+    assert "no GPU" in explain(make(Outcome.SKIPPED, message="no GPU"), 0)
+    assert explain(make(Outcome.PASSED), 1) == "the test passed in the child"
+
+
+def test_explain_real_fault_end_to_end() -> None:
+    r = run_py("import os, signal; os.kill(os.getpid(), signal.SIGSEGV)")
+    assert explain(r, 0).startswith(JETSON_TEXT)
