@@ -9,5 +9,5 @@ python3 -m pip install --no-deps --no-build-isolation -q . 2>&1 | grep -v -i war
   date -u; nvidia-smi --query-gpu=name,driver_version,memory.free,memory.total --format=csv
   python3 -c "import cuda.bindings, numpy, pytest; print('cuda-bindings', cuda.bindings.__version__, 'numpy', numpy.__version__, 'pytest', pytest.__version__)"
 } 2>&1 | tee "$OUT/env.txt"
-JETMEM_RESULTS="$OUT/gpu_results.json" python3 -m pytest tests -q -rs -p no:randomly -p no:cacheprovider \
-  --junitxml="$OUT/junit.xml" "$@" 2>&1 | tee "$OUT/pytest.log"
+JETMEM_RESULTS="$OUT/gpu_results.json" python3 -m pytest -q -rs -p no:randomly -p no:cacheprovider \
+  --junitxml="$OUT/junit.xml" "${@:-tests}" 2>&1 | tee "$OUT/pytest.log"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -110,10 +111,8 @@ class Device:
 
     def recover(self) -> None:
         """Reset the primary context after a sticky error so later tests get a working device."""
-        try:
+        with contextlib.suppress(CudaError):
             self.drv.primary_ctx_reset(self._dev)
-        except CudaError:
-            pass
         self.generation += 1
         # An extra retain is harmless at exit; an extra release would deactivate the context.
         self.ctx = self.drv.primary_ctx_retain(self._dev)

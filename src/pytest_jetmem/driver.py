@@ -117,7 +117,7 @@ class CudaDriver:
 
     def device_attribute(self, dev: Any, name: str) -> int:
         attr = getattr(self._cu.CUdevice_attribute, f"CU_DEVICE_ATTRIBUTE_{name}")
-        return int(self._call(f"cuDeviceGetAttribute({name})", self._cu.cuDeviceGetAttribute(attr, dev)))
+        return int(self._check(f"cuDeviceGetAttribute({name})", self._cu.cuDeviceGetAttribute(attr, dev)))
 
     # -- contexts ----------------------------------------------------------------------------------
     def primary_ctx_retain(self, dev: Any) -> Any:

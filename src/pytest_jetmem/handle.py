@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 from collections.abc import Sequence
 from typing import Any
 
@@ -11,6 +13,7 @@ from . import kernels as bundled
 from .buffer import Buffer
 from .compiler import CompiledKernel, KernelCache, compile_kernel
 from .device import Device, DeviceInfo
+from .driver import MEMHOSTALLOC_DEVICEMAP, MEMHOSTALLOC_PORTABLE
 from .errors import AllocationRefused, CudaError
 from .launch import Kernel, parse_signature
 from .modes import MemoryMode, get_mode, host_available_bytes
@@ -25,6 +28,7 @@ class Runtime:
         self.compile_options = tuple(compile_options)
         self._functions: dict[str, tuple[int, Any, Any]] = {}  # key -> (generation, module, function)
         self._compiled: dict[tuple[str, str, tuple[str, ...]], CompiledKernel] = {}
+        self._blocker: StreamBlocker | None = None
 
     @property
     def drv(self) -> Any:
@@ -52,15 +56,53 @@ class Runtime:
             self._functions[compiled.key] = entry
         return entry[2]
 
+    def blocker(self, handle: Jetmem) -> StreamBlocker | None:
+        """The session's stream blocker, or None where host memory cannot be mapped."""
+        if not self.device.info.attr("CAN_MAP_HOST_MEMORY"):
+            return None
+        if self._blocker is None or self._blocker.generation != self.device.generation:
+            self._blocker = StreamBlocker(self, handle)
+        return self._blocker
+
     def close(self) -> None:
+        if self._blocker is not None:
+            self._blocker.close()
+            self._blocker = None
         for generation, module, _ in self._functions.values():
             if generation == self.device.generation:
-                try:
+                with contextlib.suppress(CudaError):
                     self.drv.module_unload(module)
-                except CudaError:
-                    pass
         self._functions.clear()
         self.device.close()
+
+
+class StreamBlocker:
+    """Holds a stream with a spinning kernel until the host releases it (see ``kernels/timing.cu``)."""
+
+    TIMEOUT_NS = 2_000_000_000
+
+    def __init__(self, runtime: Runtime, handle: Jetmem) -> None:
+        self._rt = runtime
+        self.generation = runtime.device.generation
+        drv = runtime.drv
+        self._host = drv.mem_host_alloc(4, MEMHOSTALLOC_DEVICEMAP | MEMHOSTALLOC_PORTABLE)
+        self._flag = np.frombuffer((ctypes.c_int32 * 1).from_address(self._host), dtype=np.int32)
+        self._dptr = drv.mem_host_get_device_pointer(self._host)
+        src = bundled.sources()["jetmem_block_stream"]
+        compiled = runtime.compiled(src, "jetmem_block_stream", (), filename="timing.cu")
+        self._kernel = Kernel(handle, compiled, parse_signature(src, "jetmem_block_stream"))
+
+    def hold(self) -> None:
+        self._flag[0] = 0
+        self._kernel.launch(1, 1, (self._dptr, self.TIMEOUT_NS))
+
+    def release(self) -> None:
+        self._flag[0] = 1
+
+    def close(self) -> None:
+        self._flag = None  # type: ignore[assignment]
+        if self.generation == self._rt.device.generation:
+            self._rt.drv.mem_free_host(self._host)
 
 
 class Jetmem:
@@ -73,6 +115,7 @@ class Jetmem:
         self.buffers: list[Buffer] = []
         self.allocated_bytes = 0
         self.closed = False
+        self._kernels: dict[str, Kernel] = {}
 
     # -- facts -------------------------------------------------------------------------------------
     @property
@@ -162,11 +205,13 @@ class Jetmem:
 
     def kernel(self, name: str) -> Kernel:
         """A bundled kernel by name (see ``pytest_jetmem.kernels.names()``)."""
-        srcs = bundled.sources()
-        if name not in srcs:
-            raise KeyError(f"{self.nodeid}: no bundled kernel {name!r}; bundled: {', '.join(sorted(srcs))}")
-        compiled = self._rt.compiled(srcs[name], name, (), filename=bundled.source_file(name))
-        return Kernel(self, compiled, parse_signature(srcs[name], name))
+        if name not in self._kernels:
+            srcs = bundled.sources()
+            if name not in srcs:
+                raise KeyError(f"{self.nodeid}: no bundled kernel {name!r}; bundled: {', '.join(sorted(srcs))}")
+            compiled = self._rt.compiled(srcs[name], name, (), filename=bundled.source_file(name))
+            self._kernels[name] = Kernel(self, compiled, parse_signature(srcs[name], name))
+        return self._kernels[name]
 
     def _function(self, compiled: CompiledKernel) -> Any:
         return self._rt.function(compiled)
@@ -184,21 +229,30 @@ class Jetmem:
         if src.nbytes:
             self._drv.memcpy_dtod(dst.ptr, src.ptr, src.nbytes, self.stream)
 
-    def time_gpu(self, fn: Any, repeats: int = 20, warmup: int = 2) -> np.ndarray:
-        """Device time in ms of ``fn()`` (work queued on jetmem's stream), one CUDA-event pair per sample."""
+    def time_gpu(self, fn: Any, repeats: int = 20, warmup: int = 2, block_stream: bool = True) -> np.ndarray:
+        """Device time in ms of ``fn()`` (work queued on jetmem's stream), one CUDA-event pair per sample.
+
+        With ``block_stream`` the stream is held by a spinning kernel while ``fn`` queues its work, so
+        the host's launch overhead is not counted (nvbench's blocking-kernel technique).
+        """
         if repeats < 1 or warmup < 0:
             raise ValueError(f"{self.nodeid}: time_gpu: repeats >= 1 and warmup >= 0, got {repeats}, {warmup}")
         drv = self._drv
+        for _ in range(warmup):
+            fn()
+        self.synchronize()
+        blocker = self._rt.blocker(self) if block_stream else None
         start, end = drv.event_create(), drv.event_create()
         try:
-            for _ in range(warmup):
-                fn()
-            self.synchronize()
             out = np.empty(repeats)
             for i in range(repeats):
+                if blocker is not None:
+                    blocker.hold()
                 drv.event_record(start, self.stream)
                 fn()
                 drv.event_record(end, self.stream)
+                if blocker is not None:
+                    blocker.release()
                 drv.event_synchronize(end)
                 out[i] = drv.event_elapsed_ms(start, end)
             return out

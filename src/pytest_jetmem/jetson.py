@@ -272,6 +272,8 @@ _THOR_GPU_RE = re.compile(r"^gpu-gpc-\d+$")
 _GPU_OF_NAMES = frozenset({"gv11b", "gp10b", "ga10b", "gm20b", "gpu"})
 _GPU_COMPAT_RE = re.compile(r"^nvidia,(?:tegra\d+-)?(?:ga10b|gv11b|gp10b|gm20b|gk20a|gpu)$")
 _GPU_NAME_SUFFIXES = (".ga10b", ".gv11b", ".gp10b", ".gm20b", ".gpu")
+# A devfreq governor name is one word: nvhost_podgov, performance, userspace, simple_ondemand ...
+_GOVERNOR_RE = re.compile(r"^[\w.-]+$")
 
 
 def _find_gpu_devfreq(root: Path) -> Path | None:
@@ -304,6 +306,11 @@ def _read_freq_list(path: Path) -> tuple[int, ...] | None:
     return tuple(values) or None
 
 
+# NVIDIA's jetson_clocks pins the GPU with `cat max_freq > min_freq` (do_gpu), leaving the governor
+# (nvhost_podgov) as it is; `jetson_clocks --show` under a 5 W Nano mode prints
+# "GPU MinFreq=614400000 MaxFreq=614400000" although 921600000 is available. So "locked" is
+# min == max, not min == max == the highest available frequency: the power mode's cap is reported
+# apart (nvpmodel_gpu_max_freq_hz, and a note in timing_warnings).
 def _clocks_locked(min_hz: int | None, max_hz: int | None, governor: str | None) -> bool | None:
     """Whether the GPU clock is pinned (see :class:`JetsonState`); None if it cannot be told."""
     if governor == "performance":
@@ -490,6 +497,8 @@ def _read_state(root: Path) -> JetsonState:
         hi = _read_int(node / "max_freq")
         avail = _read_freq_list(node / "available_frequencies")
         governor = _read_str(node / "governor")
+        if governor is not None and not _GOVERNOR_RE.match(governor):
+            governor = None
 
     reasons, seen = _read_cooling(root, node.name if node else None)
     # A GPU ceiling below what the power mode allows means something else (thermal, a manual

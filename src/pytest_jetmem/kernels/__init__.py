@@ -34,6 +34,7 @@ def sources() -> dict[str, str]:
     return out
 
 
+@cache
 def source_file(name: str) -> str:
     """The ``.cu`` file name defining bundled kernel ``name``."""
     for entry in resources.files(__name__).iterdir():
