@@ -1,8 +1,7 @@
-"""The session's CUDA device: probing, primary context, the work stream, recovery after sticky errors."""
+"""The session's CUDA device: probing, primary context, the work stream, and the broken state after sticky errors."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -97,7 +96,8 @@ class Device:
         self.ctx = drv.primary_ctx_retain(self._dev)
         drv.ctx_set_current(self.ctx)
         self.stream = drv.stream_create(driver.STREAM_DEFAULT)
-        self.generation = 0  # bumped on every context reset: modules and buffers of older ones are gone
+        self.generation = 0  # bumped if the context is ever re-created: older modules are gone
+        self.broken: str | None = None
         self.closed = False
 
     def make_current(self) -> None:
@@ -109,20 +109,21 @@ class Device:
     def free_memory(self) -> int:
         return self.drv.mem_get_info()[0]
 
-    def recover(self) -> None:
-        """Reset the primary context after a sticky error so later tests get a working device."""
-        with contextlib.suppress(CudaError):
-            self.drv.primary_ctx_reset(self._dev)
-        self.generation += 1
-        # An extra retain is harmless at exit; an extra release would deactivate the context.
-        self.ctx = self.drv.primary_ctx_retain(self._dev)
-        self.drv.ctx_set_current(self.ctx)
-        self.stream = self.drv.stream_create(driver.STREAM_DEFAULT)
+    def mark_broken(self, reason: str) -> None:
+        """Record a sticky CUDA error: the context cannot be used again in this process.
+
+        CUDA cannot recover from sticky errors (illegal address, launch failure, ...) in-process;
+        even cuDevicePrimaryCtxReset leaves the process unusable. Later GPU work skips with ``reason``.
+        """
+        if self.broken is None:
+            self.broken = reason
 
     def close(self) -> None:
         if self.closed:
             return
         self.closed = True
+        if self.broken:
+            return  # any driver call on a context with a sticky error may crash the process
         try:
             self.drv.stream_destroy(self.stream)
         finally:

@@ -65,6 +65,9 @@ class Runtime:
         return self._blocker
 
     def close(self) -> None:
+        if self.device.broken:
+            self.device.close()
+            return
         if self._blocker is not None:
             self._blocker.close()
             self._blocker = None
@@ -272,6 +275,10 @@ class Jetmem:
         if self.closed:
             return problems
         self.closed = True
+        if self._rt.device.broken:
+            for buf in self.buffers:
+                buf._release()  # the context is gone for good; the driver must not be called again
+            return problems
         try:
             self.synchronize()
         except CudaError as exc:

@@ -10,7 +10,9 @@ POISON = 0xFF  # every float byte 0xFF is a NaN: an output element the kernel sk
 
 
 @pytest.mark.memmode
-@pytest.mark.parametrize("ksize", [(3, 3), (5, 5), (3, 7), (15, 15), (25, 25), (45, 45)], ids=lambda k: f"{k[0]}x{k[1]}")
+@pytest.mark.parametrize(
+    "ksize", [(3, 3), (5, 5), (3, 7), (15, 15), (25, 25), (45, 45)], ids=lambda k: f"{k[0]}x{k[1]}"
+)
 def test_conv2d_matches_reference(jetmem, ksize):
     rng = np.random.default_rng()
     img = rng.random((480, 640), dtype=np.float32)

@@ -1,7 +1,5 @@
 """A user's test file, as DESIGN.md shows it, run through pytest on the GPU: it passes in every mode."""
 
-import pytest
-
 USER_FILE = '''
 import numpy as np, pytest
 
@@ -37,8 +35,12 @@ def test_user_file_passes_in_every_mode(pytester, jetmem_device, tmp_path):
     result = pytester.runpytest_subprocess("-v", f"--jetmem-cache-dir={tmp_path / 'cache'}")
     result.assert_outcomes(passed=7)
     result.stdout.fnmatch_lines(
-        ["*test_scale?device? PASSED*", "*test_scale?managed? PASSED*", "*test_scale?zero_copy? PASSED*",
-         "*test_scale_typed_python_numbers?0.5-device? PASSED*"]
+        [
+            "*test_scale?device? PASSED*",
+            "*test_scale?managed? PASSED*",
+            "*test_scale?zero_copy? PASSED*",
+            "*test_scale_typed_python_numbers?0.5-device? PASSED*",
+        ]
     )
     # a second session compiles nothing: every kernel comes from the disk cache
     cached = list((tmp_path / "cache").glob("*.cubin"))
