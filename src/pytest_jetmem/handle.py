@@ -17,13 +17,23 @@ from .driver import MEMHOSTALLOC_DEVICEMAP, MEMHOSTALLOC_PORTABLE
 from .errors import AllocationRefused, CudaError
 from .launch import Kernel, parse_signature
 from .modes import MemoryMode, get_mode, host_available_bytes
+from .stats import StoppingRule
+from .timing import MeasureCall, Measurement, measure
 
 
 class Runtime:
     """Session-wide state: the open device, the compile cache and the loaded modules."""
 
-    def __init__(self, device: Device, cache: KernelCache | None, compile_options: Sequence[str] = ()) -> None:
+    def __init__(
+        self,
+        device: Device,
+        cache: KernelCache | None,
+        compile_options: Sequence[str] = (),
+        stopping_rule: StoppingRule | None = None,
+    ) -> None:
         self.device = device
+        self.stopping_rule = stopping_rule or StoppingRule()
+        self._l2_scratch: int | None = None
         self.cache = cache
         self.compile_options = tuple(compile_options)
         self._functions: dict[str, tuple[int, Any, Any]] = {}  # key -> (generation, module, function)
@@ -64,6 +74,13 @@ class Runtime:
             self._blocker = StreamBlocker(self, handle)
         return self._blocker
 
+    def flush_l2(self) -> None:
+        """Queue a write of twice the L2 size on the stream, evicting what earlier work left in L2."""
+        nbytes = 2 * max(self.device.info.attr("L2_CACHE_SIZE"), 1 << 20)
+        if self._l2_scratch is None:
+            self._l2_scratch = self.drv.mem_alloc(nbytes)
+        self.drv.memset_d8(self._l2_scratch, 0, nbytes, self.device.stream)
+
     def close(self) -> None:
         if self.device.broken:
             self.device.close()
@@ -71,6 +88,9 @@ class Runtime:
         if self._blocker is not None:
             self._blocker.close()
             self._blocker = None
+        if self._l2_scratch is not None:
+            self.drv.mem_free(self._l2_scratch)
+            self._l2_scratch = None
         for generation, module, _ in self._functions.values():
             if generation == self.device.generation:
                 with contextlib.suppress(CudaError):
@@ -119,6 +139,9 @@ class Jetmem:
         self.allocated_bytes = 0
         self.closed = False
         self._kernels: dict[str, Kernel] = {}
+        self.measurements: list[Measurement] = []  # every jetmem.measure() result, in call order
+        self.measure_calls: list[MeasureCall] = []
+        self.stopping_rule = runtime.stopping_rule
 
     # -- facts -------------------------------------------------------------------------------------
     @property
@@ -231,6 +254,36 @@ class Jetmem:
             raise ValueError(f"{self.nodeid}: jetmem.copy: {src!r} and {dst!r} differ in size")
         if src.nbytes:
             self._drv.memcpy_dtod(dst.ptr, src.ptr, src.nbytes, self.stream)
+
+    def measure(
+        self,
+        fn: Any,
+        *,
+        label: str = "",
+        scope: str = "kernel",
+        inputs: Sequence[tuple[Buffer, np.ndarray]] = (),
+        outputs: Sequence[Buffer] = (),
+        warmup: int = 3,
+        rule: StoppingRule | None = None,
+        flush_l2: bool = False,
+    ) -> Measurement:
+        """Time ``fn()`` in this mode: first call apart, warm-up, samples until the stopping rule.
+
+        ``scope="kernel"``: device time (CUDA events). ``scope="end_to_end"``: wall time of writing
+        ``inputs`` (buffer, host array) from the host, ``fn()``, and reading ``outputs`` back, with the
+        copies or synchronisation the mode needs. Runtime markers judge what this records.
+        """
+        return measure(
+            self,
+            fn,
+            label=label,
+            scope=scope,
+            inputs=inputs,
+            outputs=outputs,
+            warmup=warmup,
+            rule=rule,
+            flush_l2=flush_l2,
+        )
 
     def time_gpu(self, fn: Any, repeats: int = 20, warmup: int = 2, block_stream: bool = True) -> np.ndarray:
         """Device time in ms of ``fn()`` (work queued on jetmem's stream), one CUDA-event pair per sample.

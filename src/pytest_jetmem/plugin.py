@@ -14,10 +14,12 @@ from .device import Availability, DeviceInfo, open_device
 from .errors import CudaError
 from .handle import Jetmem, Runtime
 from .modes import DEFAULT_MODES, MODES, get_mode, parse_mode_list
+from .stats import StoppingRule
 
 MARKER = "memmode"
 PARAM = "memmode"
 _STATE = pytest.StashKey["State"]()
+STOPPING_RULE = pytest.StashKey[StoppingRule]()  # set by the runtime plugin from its options
 
 
 class State:
@@ -35,7 +37,11 @@ class State:
             if self._availability.ok:
                 assert self._availability.device is not None
                 cache_dir = self.config.getoption("jetmem_cache_dir") or self.config.getini("jetmem_cache_dir")
-                self.runtime = Runtime(self._availability.device, KernelCache(cache_dir or None))
+                self.runtime = Runtime(
+                    self._availability.device,
+                    KernelCache(cache_dir or None),
+                    stopping_rule=self.config.stash.get(STOPPING_RULE, None),
+                )
         return self._availability
 
     def close(self) -> None:
