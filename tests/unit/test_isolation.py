@@ -307,9 +307,7 @@ C = {"outcome": "failed", "message": "boom", "cuda_error": "CUDA_ERROR_ILLEGAL_A
         (1, {"_error": "not JSON"}, False, Outcome.CRASHED),
     ],
 )
-def test_classify_table(
-    returncode: int | None, report: dict | None, timed_out: bool, outcome: Outcome
-) -> None:
+def test_classify_table(returncode: int | None, report: dict | None, timed_out: bool, outcome: Outcome) -> None:
     got, message = classify(returncode, report, timed_out)
     assert got is outcome
     if outcome not in (Outcome.PASSED, Outcome.SKIPPED):
@@ -393,9 +391,7 @@ def test_explain_timeout_cuda_failed_skipped_passed() -> None:
     cuda = make(Outcome.CUDA_ERROR, cuda_error_name="CUDA_ERROR_ILLEGAL_ADDRESS", message="sync failed")
     text = explain(cuda, 0)
     assert "CUDA_ERROR_ILLEGAL_ADDRESS: sync failed" in text and "sticky" in text
-    assert explain(make(Outcome.FAILED, message="assert 1 == 2"), 0) == (
-        "the test failed in the child: assert 1 == 2"
-    )
+    assert explain(make(Outcome.FAILED, message="assert 1 == 2"), 0) == ("the test failed in the child: assert 1 == 2")
     assert "no GPU" in explain(make(Outcome.SKIPPED, message="no GPU"), 0)
     assert explain(make(Outcome.PASSED), 1) == "the test passed in the child"
 
