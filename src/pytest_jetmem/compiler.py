@@ -74,7 +74,12 @@ class KernelCache:
         except (OSError, ValueError):
             self.misses += 1
             return None
-        if len(cubin) != meta.get("size"):
+        if (
+            not isinstance(meta, dict)
+            or not isinstance(meta.get("symbol"), str)
+            or len(cubin) != meta.get("size")
+            or hashlib.sha256(cubin).hexdigest() != meta.get("sha256")
+        ):
             self.misses += 1
             return None
         self.hits += 1
@@ -84,7 +89,8 @@ class KernelCache:
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
             _atomic_write(self.directory / f"{key}.cubin", cubin)
-            _atomic_write(self.directory / f"{key}.json", json.dumps({**meta, "size": len(cubin)}).encode())
+            sidecar = {**meta, "size": len(cubin), "sha256": hashlib.sha256(cubin).hexdigest()}
+            _atomic_write(self.directory / f"{key}.json", json.dumps(sidecar).encode())
         except OSError:
             pass  # a read-only cache costs a recompile next time, nothing more
 
@@ -129,21 +135,23 @@ def compile_kernel(
             cubin, meta = hit
             return CompiledKernel(name, meta["symbol"], arch, options, version, cubin, meta.get("log", ""), key, True)
     full_options = (f"--gpu-architecture={arch}", *options)
-    exprs = () if _IDENT.match(name) else (name,)
+    if _IDENT.match(name) and not _declares(source, name):
+        raise CompileError(
+            f"kernel {name!r}: no __global__ function of that name in the source "
+            "(or pass a C++ name expression such as 'fn<float>')"
+        )
     try:
-        cubin, log, lowered = drv.nvrtc_compile(source, filename, full_options, exprs)
+        # Always a name expression: NVRTC returns the symbol to look up, plain for extern "C"
+        # kernels and mangled for C++ ones.
+        cubin, log, lowered = drv.nvrtc_compile(source, filename, full_options, (name,))
     except CompileError as exc:
         raise CompileError(f"kernel {name!r} failed to compile: {exc}") from None
     symbol = lowered.get(name, name)
-    if exprs == () and not _declares(source, name):
-        raise CompileError(
-            f"kernel {name!r}: no __global__ function of that name in the source "
-            "(declare it extern \"C\", or pass a C++ name expression such as 'fn<float>')"
-        )
     if cache is not None:
         cache.put(key, cubin, {"symbol": symbol, "log": log, "name": name, "arch": arch})
     return CompiledKernel(name, symbol, arch, options, version, cubin, log, key, False)
 
 
 def _declares(source: str, name: str) -> bool:
-    return re.search(rf"__global__[^;{{]*\b{re.escape(name)}\s*\(", source) is not None
+    code = re.sub(r"//[^\n]*|/\*.*?\*/", " ", source, flags=re.S)
+    return re.search(rf"__global__[^;{{]*\b{re.escape(name)}\s*\(", code) is not None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -52,6 +53,7 @@ C_TYPES: dict[str, np.dtype] = {
     }.items()
 }
 _QUALIFIERS = {"const", "volatile", "__restrict__", "restrict", "__restrict", "struct"}
+_TYPE_WORDS = {w for k in C_TYPES for w in k.split()} | {"void"}
 
 
 @dataclass(frozen=True)
@@ -82,8 +84,9 @@ def parse_signature(source: str, name: str) -> list[Param] | None:
             return None
         pointer = "*" in text or "&" in text
         tokens = [t for t in re.split(r"[\s*&]+", text) if t and t not in _QUALIFIERS]
-        pname = tokens[-1] if len(tokens) >= 2 else f"arg{i}"
-        base = " ".join(tokens[:-1]) if len(tokens) >= 2 else " ".join(tokens)
+        named = len(tokens) >= 2 and tokens[-1] not in _TYPE_WORDS
+        pname = tokens[-1] if named else f"arg{i}"
+        base = " ".join(tokens[:-1] if named else tokens)
         params.append(Param(pname, POINTER if pointer else C_TYPES.get(base)))
     return params
 
@@ -132,6 +135,8 @@ def _pack_one(kernel_name: str, index: int, value: Any, param: Param | None) -> 
         return np.array([value], dtype=value.dtype)
     if isinstance(value, (bool, int, float)):
         if kind == POINTER and isinstance(value, int) and not isinstance(value, bool):
+            if not 0 <= value < 2**64:
+                raise LaunchArgumentError(f"{where}: {value} is out of range for a pointer")
             return np.array([value], dtype=np.uint64)  # a raw device address
         if not isinstance(kind, np.dtype):
             raise LaunchArgumentError(
@@ -143,6 +148,14 @@ def _pack_one(kernel_name: str, index: int, value: Any, param: Param | None) -> 
 
 
 def _typed(where: str, value: bool | int | float, dtype: np.dtype) -> np.ndarray:
+    if dtype.kind == "b" and not isinstance(value, bool) and value not in (0, 1):
+        raise LaunchArgumentError(f"{where}: expected a bool (or 0/1), got {value!r}")
+    if dtype.kind == "f":
+        with np.errstate(over="ignore"):
+            arr = np.array([value], dtype=dtype)
+        if math.isfinite(value) and not np.isfinite(arr[0]):
+            raise LaunchArgumentError(f"{where}: {value!r} is out of range for {dtype}")
+        return arr
     if dtype.kind in "iu":
         if isinstance(value, float):
             raise LaunchArgumentError(f"{where}: expected an integer ({dtype}), got float {value!r}")
@@ -153,8 +166,15 @@ def _typed(where: str, value: bool | int | float, dtype: np.dtype) -> np.ndarray
 
 
 def _dim3(value: int | Sequence[int], what: str) -> tuple[int, int, int]:
-    dims = (value,) if isinstance(value, (int, np.integer)) else tuple(value)
-    if not 1 <= len(dims) <= 3 or any(int(d) < 1 for d in dims):
+    try:
+        dims = (value,) if isinstance(value, (int, np.integer)) else tuple(value)  # type: ignore[arg-type]
+    except TypeError:
+        raise ValueError(f"{what}: expected 1 to 3 positive integers, got {value!r}") from None
+    if (
+        not 1 <= len(dims) <= 3
+        or any(isinstance(d, bool) or not isinstance(d, (int, np.integer)) for d in dims)
+        or any(int(d) < 1 for d in dims)
+    ):
         raise ValueError(f"{what}: expected 1 to 3 positive integers, got {value!r}")
     return tuple(int(d) for d in dims) + (1,) * (3 - len(dims))  # type: ignore[return-value]
 

@@ -132,7 +132,7 @@ def get_mode(name: str) -> MemoryMode:
 
 def parse_mode_list(text: str, source: str) -> tuple[str, ...]:
     """Parse ``device,managed`` (commas or spaces); ``source`` names the option in errors."""
-    names = tuple(n for n in text.replace(",", " ").split() if n)
+    names = tuple(dict.fromkeys(n for n in text.replace(",", " ").split() if n))
     if not names:
         raise ValueError(f"{source}: expected a list of memory modes ({', '.join(MODES)}), got {text!r}")
     bad = [n for n in names if n not in MODES]
