@@ -468,9 +468,7 @@ def check_round_trips(
             assert gpu_seed is not None
             segments = [(slice(None), gpu_seed, "what the previous kernel wrote (the CPU read it in between)")]
         written = fresh_seed(gpu_seed, *(seed_ for _, seed_, _ in segments))
-        pending = [
-            (launch_probe(jm, buf, seed_, written, sl, delay_us=delay_us), what) for sl, seed_, what in segments
-        ]
+        pending = [(launch_probe(jm, buf, seed_, written, sl, delay_us=delay_us), what) for sl, seed_, what in segments]
         host = cpu_check(jm, buf, written)  # no wait for the counters first: the mode's own sync must do
         if host:
             problems.append(host.describe(buf, f"{where}: the CPU read what a kernel wrote"))

@@ -74,11 +74,21 @@ def probe_device(drv: Any, ordinal: int) -> DeviceInfo:
     )
 
 
-def select_ordinal(env: dict[str, str] | None = None) -> int:
-    """The device ordinal for this process: ``JETMEM_DEVICE``, else an xdist worker's share, else 0."""
+def select_ordinal(device_count: int, env: dict[str, str] | None = None) -> int:
+    """The device ordinal for this process: ``JETMEM_DEVICE``, else one GPU per xdist worker, else 0.
+
+    xdist worker ``gwN`` takes GPU ``N % device_count``; workers that share a GPU never time at once
+    (``timing.gpu_lock``).
+    """
     env = dict(os.environ) if env is None else env
-    if "JETMEM_DEVICE" in env:
-        return int(env["JETMEM_DEVICE"])
+    if env.get("JETMEM_DEVICE", "").strip():
+        try:
+            return int(env["JETMEM_DEVICE"])
+        except ValueError:
+            raise CudaUnavailable(f"JETMEM_DEVICE={env['JETMEM_DEVICE']!r}: expected a device ordinal") from None
+    worker = env.get("PYTEST_XDIST_WORKER", "")
+    if worker.startswith("gw") and worker[2:].isdigit() and device_count > 0:
+        return int(worker[2:]) % device_count
     return 0
 
 
@@ -146,8 +156,8 @@ def open_device(drv: Any | None = None, ordinal: int | None = None) -> Availabil
     try:
         drv = drv or driver.get()
         drv.init()
-        ordinal = select_ordinal() if ordinal is None else ordinal
         count = drv.device_count()
+        ordinal = select_ordinal(count) if ordinal is None else ordinal
         if ordinal >= count:
             return Availability(False, f"no CUDA device {ordinal}: only {count} device(s) present")
         info = probe_device(drv, ordinal)

@@ -430,6 +430,7 @@ def _publish(item: pytest.Item, row: dict[str, Any]) -> None:
         item.user_properties.append((f"{prefix}:ratio_to_{row['relative_to']}", round(row["ratio"], 4)))
     if row.get("baseline_change_pct") is not None:
         item.user_properties.append((f"{prefix}:baseline_change_pct", round(row["baseline_change_pct"], 3)))
+        item.user_properties.append((f"{prefix}:baseline_verdict", row["baseline"]))
     item.user_properties.append((f"{prefix}:verdict", row["verdict"]))
 
 

@@ -168,9 +168,7 @@ def buffer_specs(
     modes: Sequence[str] | None = None, word_sized: bool = False, max_size: int = 1 << 14
 ) -> st.SearchStrategy[BufferSpec]:
     """A :class:`BufferSpec`: a mode from ``modes``, a shape of at most ``max_size`` elements, a dtype."""
-    return st.builds(
-        BufferSpec, memory_modes(modes), shapes(max_size=max_size), dtypes(word_sized=word_sized)
-    )
+    return st.builds(BufferSpec, memory_modes(modes), shapes(max_size=max_size), dtypes(word_sized=word_sized))
 
 
 def _size(shape: Sequence[int]) -> int:
