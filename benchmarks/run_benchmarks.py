@@ -150,7 +150,8 @@ def phase_seed001(out: dict) -> None:
             for it in range(10):
                 if it < 5:
                     img.copy_from(host)  # the CPU writes the input (device: an explicit copy)
-                per_iter.append(float(jm.time_gpu(lambda: kernels.conv2d(jm, img, k, o), repeats=1, warmup=0)[0]))
+                run = lambda img=img, k=k, o=o: kernels.conv2d(jm, img, k, o)  # noqa: E731
+                per_iter.append(float(jm.time_gpu(run, repeats=1, warmup=0)[0]))
             touch[mode] = per_iter
     out["seed001_cpu_touch"] = touch
     print("seed001 done", flush=True)
