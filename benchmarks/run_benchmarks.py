@@ -187,9 +187,8 @@ def write_markdown(out: dict, path: Path) -> None:
             "|---|---|---|---|---|",
         ]
         for mode, p in o["per_test"].items():
-            lines.append(
-                f"| {mode} | {p['test_wall_s']} | {p['device_ms_measured']} | {p['samples']} | {p['wall_over_device']} |"
-            )
+            cells = (mode, p["test_wall_s"], p["device_ms_measured"], p["samples"], p["wall_over_device"])
+            lines.append("| " + " | ".join(map(str, cells)) + " |")
         lines.append("")
     if "seed001_table" in out:
         lines += [
@@ -199,9 +198,14 @@ def write_markdown(out: dict, path: Path) -> None:
             "|---|---|---|---|---|",
         ]
         for r in sorted(out["seed001_table"], key=lambda r: (int(r["kernel"].split("x")[0]), r["mode"])):
-            lines.append(
-                f"| {r['kernel']} | {r['mode']} | {r['kernel_ms']:.4f} | {r['first_call_ms']:.3f} | {r['end_to_end_ms']:.3f} |"
+            cells = (
+                r["kernel"],
+                r["mode"],
+                f"{r['kernel_ms']:.4f}",
+                f"{r['first_call_ms']:.3f}",
+                f"{r['end_to_end_ms']:.3f}",
             )
+            lines.append("| " + " | ".join(cells) + " |")
         lines += ["", "CPU writes the input before each of the first 5 of 10 iterations (45x45, kernel ms):", ""]
         for mode, it in out["seed001_cpu_touch"].items():
             lines.append(f"- {mode}: {' '.join(f'{x:.2f}' for x in it[:5])} | {' '.join(f'{x:.2f}' for x in it[5:])}")
