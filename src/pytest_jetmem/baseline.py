@@ -23,7 +23,9 @@ One baseline is one JSON file (UTF-8), ``<directory>/<name>.json``, format versi
           "samples": [0.312, 0.309, ...],       steady-state timings, warm-up excluded (the truth)
           "first_call_ms": 0.994,               the first (cold) call, or null
           "summary": {"n": ..., "median": ..., "mad": ..., "iqr": ..., "p5": ..., "p95": ...,
-                      "min": ..., "max": ...}   derived from samples for people and tools; recomputed on load
+                      "min": ..., "max": ...},  derived from samples for people and tools; recomputed on load
+          "runs": [[...], [...]]                optional: the samples of each run (fresh allocations, or
+                                                sessions added with append); "samples" is then all of them
         }
       }
     }
@@ -194,6 +196,8 @@ class Entry:
     samples: tuple[float, ...]
     first_call_ms: float | None = None
     unit: str = "ms"
+    #: Samples per run (fresh allocations or separate sessions); empty means one run, ``samples``.
+    runs: tuple[tuple[float, ...], ...] = ()
 
     def __post_init__(self) -> None:
         for name in ("nodeid", "mode", "scope"):
@@ -207,6 +211,14 @@ class Entry:
         for v in values:
             _expect(_is_number(v) and math.isfinite(v) and v >= 0, "samples", v, "finite durations >= 0")
         object.__setattr__(self, "samples", tuple(float(v) for v in values))
+        runs = []
+        for run in self.runs:
+            vals = run.tolist() if hasattr(run, "tolist") else list(run)
+            _expect(len(vals) > 0, "runs", vals, "non-empty lists of samples")
+            for v in vals:
+                _expect(_is_number(v) and math.isfinite(v) and v >= 0, "runs", v, "finite durations >= 0")
+            runs.append(tuple(float(v) for v in vals))
+        object.__setattr__(self, "runs", tuple(runs))
         fc = self.first_call_ms
         if fc is not None:
             _expect(_is_number(fc) and math.isfinite(fc) and fc >= 0, "first_call_ms", fc, "a duration or None")
@@ -222,6 +234,11 @@ class Entry:
         """Robust summary of the samples."""
         return summarize(self.samples)
 
+    @property
+    def run_samples(self) -> tuple[tuple[float, ...], ...]:
+        """The samples of each run (one run: the samples)."""
+        return self.runs or (self.samples,)
+
     def to_dict(self) -> dict[str, Any]:
         """The entry's JSON object."""
         return {
@@ -232,6 +249,7 @@ class Entry:
             "samples": list(self.samples),
             "first_call_ms": self.first_call_ms,
             "summary": self.summary.to_dict(),
+            **({"runs": [list(r) for r in self.runs]} if self.runs else {}),
         }
 
     @classmethod
@@ -249,6 +267,7 @@ class Entry:
             samples=data["samples"],
             first_call_ms=data.get("first_call_ms"),
             unit=data.get("unit", "ms"),
+            runs=tuple(data.get("runs") or ()),
         )
 
 
@@ -350,6 +369,21 @@ def _atomic_write(path: Path, data: bytes) -> None:
     _fsync_dir(path.parent)
 
 
+MAX_RUNS = 50
+
+
+def _append_runs(old: Entry, new: Entry) -> Entry:
+    runs = (*old.run_samples, *new.run_samples)[-MAX_RUNS:]
+    return Entry(
+        nodeid=new.nodeid,
+        mode=new.mode,
+        scope=new.scope,
+        samples=tuple(v for run in runs for v in run),
+        first_call_ms=new.first_call_ms,
+        runs=runs,
+    )
+
+
 class BaselineStore:
     """The baselines in one directory, one ``NAME.json`` file each."""
 
@@ -425,12 +459,16 @@ class BaselineStore:
         entries: Mapping[str, Entry | Mapping[str, Any]],
         session: str,
         overwrite: bool = False,
+        append: bool = False,
     ) -> Baseline:
         """Merge ``entries`` into baseline ``name`` for ``session`` and return the baseline as written.
 
         Same session: entries are merged (a key saved again is replaced); a different machine fingerprint
         is a BaselineError. Another session's (or an unreadable) file: BaselineExists / BaselineError unless
-        ``overwrite``; then it is kept as ``NAME.json.prev`` and replaced. Safe across processes.
+        ``overwrite``; then it is kept as ``NAME.json.prev`` and replaced. With ``append``, another
+        session's runs are added to the existing entries instead (same machine fingerprint required; the
+        newest ``MAX_RUNS`` runs are kept), so a baseline can hold the spread between sessions.
+        Safe across processes.
         """
         path = self.path(name)
         if not isinstance(machine, Machine):
@@ -479,6 +517,22 @@ class BaselineStore:
                     session=session,
                     machine=existing.machine,
                     entries={**existing.entries, **new},
+                    path=path,
+                )
+            elif existing is not None and append:
+                diffs = existing.machine.mismatches(machine)
+                if diffs:
+                    raise BaselineError(path, "cannot append runs from another machine: " + "; ".join(diffs))
+                merged = dict(existing.entries)
+                for key, entry in new.items():
+                    old = merged.get(key)
+                    merged[key] = entry if old is None else _append_runs(old, entry)
+                baseline = Baseline(
+                    name=name,
+                    created=existing.created,
+                    session=session,
+                    machine=existing.machine,
+                    entries=merged,
                     path=path,
                 )
             else:

@@ -14,7 +14,7 @@ from enum import Enum
 
 import numpy as np
 
-from .stats import mann_whitney_p, ratio_ci
+from .stats import mann_whitney_p, ratio_ci, run_ratio_test
 
 __all__ = ["Comparison", "Verdict", "compare"]
 
@@ -73,6 +73,7 @@ class Comparison:
     alpha: float = 0.01
     n_baseline: int = 0
     n_current: int = 0
+    unit: str = "samples"  # what n counts: "samples" (one run each side) or "runs" (run medians)
 
     @property
     def change_pct(self) -> float:
@@ -100,6 +101,8 @@ class Comparison:
         if math.isfinite(self.baseline_median) and math.isfinite(self.current_median):
             cur, base = _fmt_ms(self.current_median), _fmt_ms(self.baseline_median)
             head = f"median {cur} ms vs baseline {base} ms: "
+        if self.unit == "runs":
+            figures += f" over {self.n_current} vs {self.n_baseline} runs"
         return f"{head}{figures} {where}: {self.verdict.name}"
 
     def to_dict(self) -> dict[str, float | int | str]:
@@ -117,6 +120,7 @@ class Comparison:
             "alpha": self.alpha,
             "n_baseline": self.n_baseline,
             "n_current": self.n_current,
+            "unit": self.unit,
         }
 
 
@@ -154,6 +158,51 @@ def compare(
     cur = _as_array(current_samples)
     ratio, low, high = ratio_ci(base, cur, confidence=confidence)
     p = mann_whitney_p(base, cur)
+    return _decide(ratio, low, high, p, t, confidence, alpha, base, cur, int(base.size), int(cur.size), "samples")
+
+
+def compare_runs(
+    baseline_runs: Iterable[Iterable[float]],
+    current_runs: Iterable[Iterable[float]],
+    threshold_pct: float,
+    confidence: float = 0.99,
+    alpha: float = 0.01,
+) -> Comparison:
+    """Compare per-run samples: run medians are the units where either side has two runs or more.
+
+    Samples within a run share one allocation and one process placement, so they understate how much
+    a fresh session varies (zero-copy memory over PCIe moves by several percent between allocations).
+    With a single run on both sides this is :func:`compare` on the samples.
+    """
+    b_runs = [_as_array(r) for r in baseline_runs]
+    c_runs = [_as_array(r) for r in current_runs]
+    if not b_runs or not c_runs:
+        raise ValueError("compare_runs needs at least one run on each side")
+    if len(b_runs) < 2 and len(c_runs) < 2:
+        return compare(b_runs[0], c_runs[0], threshold_pct, confidence, alpha)
+    t = _check_threshold(threshold_pct)
+    if not 0 < alpha < 1:
+        raise ValueError(f"alpha must be in (0, 1), got {alpha!r}")
+    b_med = np.array([np.median(r) for r in b_runs])
+    c_med = np.array([np.median(r) for r in c_runs])
+    ratio, low, high, p = run_ratio_test(list(b_med), list(c_med), confidence)
+    return _decide(ratio, low, high, p, t, confidence, alpha, b_med, c_med, len(b_runs), len(c_runs), "runs")
+
+
+def _decide(
+    ratio: float,
+    low: float,
+    high: float,
+    p: float,
+    t: float,
+    confidence: float,
+    alpha: float,
+    base: np.ndarray,
+    cur: np.ndarray,
+    n_base: int,
+    n_cur: int,
+    unit: str,
+) -> Comparison:
     up = 1.0 + t / 100.0
     if ratio > up:
         verdict = Verdict.REGRESSION if (low > 1.0 and p < alpha) else Verdict.NOISY
@@ -172,6 +221,7 @@ def compare(
         current_median=float(np.median(cur)),
         confidence=confidence,
         alpha=alpha,
-        n_baseline=int(base.size),
-        n_current=int(cur.size),
+        n_baseline=n_base,
+        n_current=n_cur,
+        unit=unit,
     )

@@ -83,7 +83,7 @@ def pytest_configure(config: pytest.Config) -> None:
     ini = config.getini("jetmem_modes")
     modes = None
     try:
-        if opt:
+        if opt is not None:
             modes = parse_mode_list(opt, "--jetmem-modes")
         elif ini and ini.strip():
             modes = parse_mode_list(ini, "ini option jetmem_modes")

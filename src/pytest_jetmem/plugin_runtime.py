@@ -20,7 +20,7 @@ import pytest
 
 from .baseline import BaselineError, BaselineNotFound, BaselineStore, Entry, Machine, entry_key
 from .benchjson import benchmark_json, write_benchmark_json
-from .compare import Comparison, Verdict, compare
+from .compare import Comparison, Verdict, compare_runs
 from .handle import Jetmem
 from .jetson import JetsonState, read_jetson_state, timing_warnings
 from .modes import get_mode
@@ -45,6 +45,8 @@ class RuntimeState:
     fail_pct: float
     strict_machine: bool
     overwrite: bool
+    append: bool
+    runs: int
     benchmark_json: str | None
     jetson_before: JetsonState | None = None
     baseline: Any = None
@@ -100,6 +102,20 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="let --jetmem-save replace a baseline of an earlier session (kept as NAME.json.prev)",
     )
     group.addoption(
+        "--jetmem-append",
+        action="store_true",
+        default=False,
+        help="let --jetmem-save add this session's runs to an existing baseline of the same machine",
+    )
+    group.addoption(
+        "--jetmem-runs",
+        type=int,
+        default=None,
+        metavar="N",
+        help="run each measured test body N times with fresh allocations (default 1); the spread between "
+        "runs enters the regression test",
+    )
+    group.addoption(
         "--jetmem-benchmark-json",
         default=None,
         metavar="PATH",
@@ -123,6 +139,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addini("jetmem_fail", "regression threshold in percent", default="5")
     parser.addini("jetmem_compare", "baseline to compare against by default", default="")
     parser.addini("jetmem_strict_machine", "fail on a baseline from another machine", type="bool", default=False)
+    parser.addini("jetmem_runs", "runs (fresh allocations) per measured test", default="1")
     parser.addini("jetmem_max_time", "time cap per measurement in seconds", default="1.0")
     parser.addini("jetmem_noise", "target relative noise of the median", default="0.01")
 
@@ -163,6 +180,8 @@ def pytest_configure(config: pytest.Config) -> None:
         fail_pct=fail_pct,
         strict_machine=bool(strict if strict is not None else config.getini("jetmem_strict_machine")),
         overwrite=config.getoption("jetmem_overwrite"),
+        append=config.getoption("jetmem_append"),
+        runs=int(_float_option(config, "jetmem_runs", "jetmem_runs", 1, "an integer >= 1")),
         benchmark_json=config.getoption("jetmem_benchmark_json"),
     )
     config.pluginmanager.register(_RowCollector(config.stash[_RUNTIME]), "jetmem-rows")
@@ -228,7 +247,11 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> Iterator[Any]:
     result = yield
     handle = pyfuncitem.funcargs.get("jetmem")
     if isinstance(handle, Jetmem) and handle.measurements:
-        failures = _judge(pyfuncitem, handle, _spec(pyfuncitem))
+        spec = _spec(pyfuncitem)
+        runs = (spec.runs if spec and spec.runs else None) or _rt(pyfuncitem.config).runs
+        if runs > 1:
+            _more_runs(pyfuncitem, handle, runs - 1)
+        failures = _judge(pyfuncitem, handle, spec)
         if failures:
             pytest.fail("\n".join(failures), pytrace=False)
     return result
@@ -309,7 +332,9 @@ def _judge(item: pytest.Function, handle: Jetmem, spec: RuntimeSpec | None) -> l
                 )
                 row["verdict"] = "FAIL ratio"
         key = entry_key(item.nodeid, m.mode, m.key)
-        state.entries[key] = Entry(item.nodeid, m.mode, m.key, tuple(m.samples), m.first_call_ms)
+        state.entries[key] = Entry(
+            item.nodeid, m.mode, m.key, tuple(m.samples), m.first_call_ms, runs=tuple(map(tuple, m.runs))
+        )
         if state.compare_name is not None:
             if base is None:
                 row["baseline"] = base_note
@@ -320,7 +345,7 @@ def _judge(item: pytest.Function, handle: Jetmem, spec: RuntimeSpec | None) -> l
                 if entry is None:
                     row["baseline"] = "new (not in baseline)"
                 else:
-                    cmp = compare(entry.samples, m.samples, state.fail_pct)
+                    cmp = compare_runs(entry.run_samples, m.runs or [m.samples], state.fail_pct)
                     row.update(baseline_change_pct=cmp.change_pct, baseline=cmp.verdict.value)
                     if cmp.verdict is Verdict.REGRESSION and is_judged and spec.baseline:  # type: ignore[union-attr]
                         failures.append(f"{m.mode} {m.key}: {cmp.describe()}")
@@ -339,16 +364,8 @@ def _side_by_side(item: pytest.Function, handle: Jetmem, spec: RuntimeSpec) -> d
     reason = get_mode(ref_mode).unsupported_reason(handle.device)
     if reason:
         pytest.fail(f"{item.nodeid}: cannot time the reference mode for max_ratio: {reason}", pytrace=False)
-    _check_rerunnable(item)
-    runtime = handle._rt
-    ref = Jetmem(runtime, ref_mode, f"{item.nodeid} (reference run in {ref_mode})")
-    ref.stopping_rule = handle.stopping_rule
+    ref = _rerun_body(item, handle, ref_mode, f"reference run in {ref_mode}")
     try:
-        args = {name: item.funcargs[name] for name in item._fixtureinfo.argnames}
-        args["jetmem"] = ref
-        if "memmode" in args:
-            args["memmode"] = ref_mode
-        item.obj(**args)
         if len(ref.measure_calls) != len(handle.measure_calls):
             pytest.fail(
                 f"{item.nodeid}: the body called jetmem.measure {len(handle.measure_calls)} times in {handle.mode} "
@@ -375,7 +392,43 @@ def _side_by_side(item: pytest.Function, handle: Jetmem, spec: RuntimeSpec) -> d
             warnings.warn(f"jetmem: reference run of {item.nodeid}: {'; '.join(problems)}", stacklevel=1)
 
 
-def _check_rerunnable(item: pytest.Function) -> None:
+def _rerun_body(item: pytest.Function, handle: Jetmem, mode: str, what: str) -> Jetmem:
+    """Run the test body again with a fresh handle in ``mode`` (the caller closes it)."""
+    _check_rerunnable(item, what)
+    other = Jetmem(handle._rt, mode, f"{item.nodeid} ({what})")
+    other.stopping_rule = handle.stopping_rule
+    args = {name: item.funcargs[name] for name in item._fixtureinfo.argnames}
+    args["jetmem"] = other
+    if "memmode" in args:
+        args["memmode"] = mode
+    try:
+        item.obj(**args)
+    except BaseException:
+        other.close()
+        raise
+    return other
+
+
+def _more_runs(item: pytest.Function, handle: Jetmem, extra: int) -> None:
+    """Repeat the body ``extra`` times with fresh allocations; fold each run into the measurements."""
+    others: list[list[Measurement]] = []
+    for r in range(extra):
+        h = _rerun_body(item, handle, handle.mode, f"run {r + 2}")
+        try:
+            if len(h.measurements) != len(handle.measurements):
+                pytest.fail(
+                    f"{item.nodeid}: run {r + 2} called jetmem.measure {len(h.measurements)} times, "
+                    f"run 1 {len(handle.measurements)} times",
+                    pytrace=False,
+                )
+            others.append(h.measurements)
+        finally:
+            h.close()
+    for i, m in enumerate(handle.measurements):
+        m.add_runs([run[i] for run in others])
+
+
+def _check_rerunnable(item: pytest.Function, what: str = "a reference run") -> None:
     """The reference run reuses the item's fixtures: none of them may hold memory of this item's mode."""
     defs = item._fixtureinfo.name2fixturedefs
     tainted = {"jetmem", "memmode"}
@@ -389,8 +442,8 @@ def _check_rerunnable(item: pytest.Function) -> None:
     bad = sorted(tainted - {"jetmem", "memmode"})
     if bad:
         pytest.fail(
-            f"{item.nodeid}: max_ratio re-runs the test body in the reference mode, but fixture(s) "
-            f"{', '.join(bad)} depend on jetmem/memmode and would keep this mode's buffers; allocate in the body",
+            f"{item.nodeid}: {what} re-runs the test body with a fresh jetmem handle, but fixture(s) "
+            f"{', '.join(bad)} depend on jetmem/memmode and would keep the first run's buffers; allocate in the body",
             pytrace=False,
         )
 
@@ -412,6 +465,7 @@ def _row(item: pytest.Item, m: Measurement) -> dict[str, Any]:
         "first_call_ms": m.first_call_ms,
         "first_call_wall_ms": m.first_call_wall_ms,
         "stop_reason": m.stop_reason,
+        "runs": len(m.runs) or 1,
         "samples": list(m.samples),
     }
 
@@ -454,9 +508,20 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         machine = _machine(config)
         if machine is not None:
             try:
-                state.store.save(state.save, machine, state.entries, state.session_id, overwrite=state.overwrite)
+                state.store.save(
+                    state.save,
+                    machine,
+                    state.entries,
+                    state.session_id,
+                    overwrite=state.overwrite,
+                    append=state.append,
+                )
             except BaselineError as exc:
-                hint = " (pass --jetmem-overwrite to replace it)" if "session" in str(exc) else ""
+                hint = (
+                    " (pass --jetmem-append to add this session's runs, or --jetmem-overwrite to replace it)"
+                    if "session" in str(exc)
+                    else ""
+                )
                 state.errors.append(f"--jetmem-save: {exc}{hint}")
                 session.exitstatus = pytest.ExitCode.TESTS_FAILED
     if state.benchmark_json and state.rows and not hasattr(config, "workerinput"):

@@ -10,7 +10,7 @@ from .modes import MODES
 from .timing import SCOPES
 
 MARKER = "memmode_runtime"
-ARGUMENTS = ("max_ms", "max_ratio", "relative_to", "scope", "baseline", "label")
+ARGUMENTS = ("max_ms", "max_ratio", "relative_to", "scope", "baseline", "label", "runs")
 
 
 @dataclass(frozen=True)
@@ -21,6 +21,7 @@ class RuntimeSpec:
     median in this item's mode over the median in the reference mode, timed side by side. ``scope``:
     judge only measurements of this scope (default: all). ``baseline``: take part in the regression
     check against ``--jetmem-compare`` (default True). ``label``: judge only measurements with this label.
+    ``runs``: run the body this many times with fresh allocations (default ``--jetmem-runs``).
     """
 
     max_ms: float | None = None
@@ -29,6 +30,7 @@ class RuntimeSpec:
     scope: str | None = None
     baseline: bool = True
     label: str | None = None
+    runs: int | None = None
 
     def selects(self, label: str, scope: str) -> bool:
         return (self.scope is None or scope == self.scope) and (self.label is None or label == self.label)
@@ -78,4 +80,7 @@ def parse_runtime_marker(args: tuple[Any, ...], kwargs: dict[str, Any], test: st
         raise ValueError(f"{test}: @pytest.mark.{MARKER}(baseline=...) expects True or False, got {baseline!r}")
     if label is not None and not isinstance(label, str):
         raise ValueError(f"{test}: @pytest.mark.{MARKER}(label=...) expects a string, got {label!r}")
-    return RuntimeSpec(max_ms, max_ratio, relative_to, scope, baseline, label)
+    runs = kwargs.get("runs")
+    if runs is not None and (isinstance(runs, bool) or not isinstance(runs, int) or runs < 1):
+        raise ValueError(f"{test}: @pytest.mark.{MARKER}(runs=...) expects an integer >= 1, got {runs!r}")
+    return RuntimeSpec(max_ms, max_ratio, relative_to, scope, baseline, label, runs)

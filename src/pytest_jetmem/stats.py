@@ -22,6 +22,9 @@ __all__ = [
     "mann_whitney_p",
     "median_rel_noise",
     "ratio_ci",
+    "run_ratio_test",
+    "student_t_ppf",
+    "student_t_sf2",
     "summarize",
 ]
 
@@ -235,3 +238,102 @@ def mann_whitney_p(a: Iterable[float], b: Iterable[float]) -> float:
     if z <= 0:
         return 1.0
     return min(1.0, max(0.0, math.erfc(z / math.sqrt(2.0))))
+
+
+# -- run-level comparison ------------------------------------------------------------------------------
+# Samples within one run share its allocation, process placement and clocks; runs (fresh allocations,
+# separate sessions) differ by more than that. When several runs exist, the run medians are the units.
+
+
+def _betacf(a: float, b: float, x: float) -> float:
+    """Continued fraction of the regularised incomplete beta function (modified Lentz)."""
+    tiny = 1e-300
+    qab, qap, qam = a + b, a + 1.0, a - 1.0
+    c, d = 1.0, 1.0 - qab * x / qap
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 300):
+        m2 = 2 * m
+        aa = m * (b - m) * x / ((qam + m2) * (a + m2))
+        d = 1.0 + aa * d
+        d = 1.0 / (d if abs(d) > tiny else tiny)
+        c = 1.0 + aa / c
+        c = c if abs(c) > tiny else tiny
+        h *= d * c
+        aa = -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))
+        d = 1.0 + aa * d
+        d = 1.0 / (d if abs(d) > tiny else tiny)
+        c = 1.0 + aa / c
+        c = c if abs(c) > tiny else tiny
+        delta = d * c
+        h *= delta
+        if abs(delta - 1.0) < 1e-14:
+            break
+    return h
+
+
+def _betainc(a: float, b: float, x: float) -> float:
+    """Regularised incomplete beta I_x(a, b)."""
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    lbeta = math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b)
+    front = math.exp(lbeta + a * math.log(x) + b * math.log1p(-x))
+    if x < (a + 1.0) / (a + b + 2.0):
+        return front * _betacf(a, b, x) / a
+    return 1.0 - front * _betacf(b, a, 1.0 - x) / b
+
+
+def student_t_sf2(t: float, df: float) -> float:
+    """Two-sided p-value P(|T| >= |t|) of Student's t with ``df`` degrees of freedom."""
+    if df <= 0 or not math.isfinite(t):
+        return 0.0 if math.isinf(t) else 1.0
+    return min(1.0, _betainc(df / 2.0, 0.5, df / (df + t * t)))
+
+
+def student_t_ppf(q: float, df: float) -> float:
+    """The q quantile (0.5 < q < 1) of Student's t, by bisection on :func:`student_t_sf2`."""
+    lo, hi = 0.0, 1e6
+    target = 2.0 * (1.0 - q)
+    for _ in range(200):
+        mid = (lo + hi) / 2.0
+        if student_t_sf2(mid, df) > target:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2.0
+
+
+def run_ratio_test(
+    baseline_runs: list[float], current_runs: list[float], confidence: float = 0.99
+) -> tuple[float, float, float, float]:
+    """(ratio, low, high, p) comparing run medians on a log scale (Welch's t).
+
+    The ratio is the geometric mean ratio of the run medians. Where one side has a single run, its
+    run-to-run variance is taken from the other side (a prediction-interval test), so a single current
+    session can be judged against a baseline saved from many runs. Needs at least two runs on one side.
+    """
+    b = np.log(_as_samples(baseline_runs, "baseline runs"))
+    c = np.log(_as_samples(current_runs, "current runs"))
+    nb, nc = b.size, c.size
+    if max(nb, nc) < 2:
+        raise ValueError("run_ratio_test needs at least two runs on one side")
+    vb = float(np.var(b, ddof=1)) if nb > 1 else None
+    vc = float(np.var(c, ddof=1)) if nc > 1 else None
+    vb = vb if vb is not None else vc
+    vc = vc if vc is not None else vb
+    assert vb is not None and vc is not None
+    d = float(c.mean() - b.mean())
+    se2 = vb / nb + vc / nc
+    if se2 <= 0:
+        p = 1.0 if d == 0 else 0.0
+        r = math.exp(d)
+        return r, r, r, p
+    df_b = nb - 1 if nb > 1 else nc - 1
+    df_c = nc - 1 if nc > 1 else nb - 1
+    df = se2**2 / ((vb / nb) ** 2 / df_b + (vc / nc) ** 2 / df_c)
+    se = math.sqrt(se2)
+    p = student_t_sf2(d / se, df)
+    half = student_t_ppf(0.5 + confidence / 2.0, df) * se
+    return math.exp(d), math.exp(d - half), math.exp(d + half), p

@@ -48,6 +48,13 @@ class Measurement:
     warmup: int = 0
     stop_reason: str = ""
     flush_l2: bool = False
+    #: Samples of each run when the body ran several times with fresh allocations (``--jetmem-runs``).
+    runs: list[list[float]] = field(default_factory=list)
+
+    def add_runs(self, others: Sequence[Measurement]) -> None:
+        """Fold the measurements of further runs in: ``samples`` becomes all runs' samples."""
+        self.runs = [list(self.samples), *(list(o.samples) for o in others)]
+        self.samples = [v for run in self.runs for v in run]
 
     @property
     def summary(self) -> Summary:
@@ -80,6 +87,7 @@ class Measurement:
             "warmup": self.warmup,
             "stop_reason": self.stop_reason,
             "flush_l2": self.flush_l2,
+            "runs": self.runs,
             "summary": self.summary.to_dict() if self.samples else None,
         }
 

@@ -1,0 +1,65 @@
+"""Fixtures shared by the CPU-only tests: a fake CUDA driver installed at the driver boundary.
+
+pytest puts this folder on ``sys.path`` when it loads this conftest (``tests/`` is no package), so
+``from fakes.fake_driver import FakeDriver`` works here, in the test modules and in the conftest of
+a ``pytester`` run in this process.
+
+In-process ``pytester`` runs share ``pytest_jetmem.driver`` with this process, and the plugin of the
+inner run opens the device lazily (its report header is the first user), so a fake installed by the
+outer test before ``pytester.runpytest()`` is the one the inner run talks to, and the outer test can
+inspect it afterwards. The fixtures put the previous backend back when the test ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from fakes.fake_driver import FakeDriver
+from pytest_jetmem import driver
+
+# An in-process pytester run drops every module it imported when it ends. hypothesis' pytest plugin imports
+# hypothesis.internal.observability at the end of each session, which then costs ~2 s per run (the import
+# goes through assertion rewriting). Imported once here, it survives the runs.
+with contextlib.suppress(ImportError):
+    importlib.import_module("hypothesis.internal.observability")
+
+
+@pytest.fixture
+def restore_driver_backend() -> Iterator[None]:
+    """Put back whatever driver backend was installed before the test (a fake, the real one, none)."""
+    previous = driver._backend
+    try:
+        yield
+    finally:
+        driver.install(previous)
+
+
+@pytest.fixture
+def jetmem_kernel_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """A fresh NVRTC kernel cache for the test (and any pytester run it makes), never the user's."""
+    path = tmp_path_factory.mktemp("jetmem-kernel-cache")
+    monkeypatch.setenv("JETMEM_CACHE_DIR", str(path))
+    return path
+
+
+@pytest.fixture
+def install_fake_driver(restore_driver_backend: None, jetmem_kernel_cache: Any) -> Callable[..., FakeDriver]:
+    """``install_fake_driver(profile="orin", **options)``: make a FakeDriver, install it, return it."""
+
+    def install(profile: str = "orin", **options: Any) -> FakeDriver:
+        fake = FakeDriver(profile, **options)
+        driver.install(fake)
+        return fake
+
+    return install
+
+
+@pytest.fixture
+def fake_driver(install_fake_driver: Callable[..., FakeDriver]) -> FakeDriver:
+    """A FakeDriver with the Jetson Orin profile, installed for this test."""
+    return install_fake_driver("orin")

@@ -1,0 +1,1139 @@
+"""A fake CUDA driver for CPU-only tests: the methods of ``pytest_jetmem.driver.CudaDriver``, on host memory.
+
+Only the driver boundary is faked. Everything above it (device probing, memory modes, buffers, the
+``jetmem`` handle, argument packing, the plugin) runs for real against this object, installed with
+``pytest_jetmem.driver.install(FakeDriver(...))`` or ``driver.use(...)``.
+
+What it models, and checks the way the driver would:
+
+- Memory is real host memory (numpy arrays kept alive here), so host views, copies and memsets work.
+  A device address *is* the address of its backing memory (one address space, as with UVA), but only
+  addresses inside a live allocation are accepted by copies, memsets and emulated kernels. Fresh
+  memory is filled with ``poison`` (the driver promises nothing about it); freed memory with 0xDD.
+  Backing storage is never released, so a stale host view reads garbage instead of crashing.
+- ``live`` holds every allocation not yet freed with cuMemFree/cuMemFreeHost, keyed by address. A
+  context *reset* reclaims them (moved to ``reclaimed``); the last primary-context *release* only
+  invalidates them, so what a session forgot to free is still in ``live`` (and in :meth:`leaks`).
+- Contexts: primary-context retain counts, the current context, resets. Calls that need a context
+  fail with CUDA_ERROR_INVALID_CONTEXT without one, CUDA_ERROR_NOT_INITIALIZED before cuInit.
+- Sticky errors: once a call fails (or an emulated kernel faults) with an error in
+  ``pytest_jetmem.errors.STICKY_ERRORS``, every later context call fails with it until
+  cuDevicePrimaryCtxReset, as on a real device.
+- Error injection: ``fake.inject("cuMemAlloc", "CUDA_ERROR_OUT_OF_MEMORY")`` makes that call fail.
+- Kernels: modules are real CUBINs (NVRTC runs for real, it needs no GPU); functions are looked up
+  in the ELF, parameter sizes read from its ``.nv.info`` section, so each launch's arguments are
+  decoded into ``launches``. The bundled stream and coherence kernels are emulated on the host;
+  others are no-ops unless an emulator is registered (``fake.emulators[name] = fn``). A kernel that
+  touches memory outside every live allocation faults with CUDA_ERROR_ILLEGAL_ADDRESS (sticky).
+- Timing: each stream has a virtual clock that a launch advances by ``kernel_ms``; events read it.
+- Profiles: ``orin`` (Jetson AGX Orin: INTEGRATED=1, CONCURRENT_MANAGED_ACCESS=0), ``dgpu``,
+  ``orin_no_map_host`` (CAN_MAP_HOST_MEMORY=0), ``orin_no_managed`` (MANAGED_MEMORY=0), and the
+  unavailable machines ``no_driver``, ``no_device``, ``no_nvrtc``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import itertools
+import struct
+import textwrap
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pytest_jetmem import driver as jdriver
+from pytest_jetmem.errors import STICKY_ERRORS, CudaError, CudaUnavailable
+
+try:  # the enums give the real error codes and attribute names; the fake works without them
+    from cuda.bindings import driver as _cu
+except ImportError:  # pragma: no cover - cuda-bindings is a dependency of the package
+    _cu = None
+
+_FALLBACK_CODES = {
+    "CUDA_SUCCESS": 0,
+    "CUDA_ERROR_INVALID_VALUE": 1,
+    "CUDA_ERROR_OUT_OF_MEMORY": 2,
+    "CUDA_ERROR_NOT_INITIALIZED": 3,
+    "CUDA_ERROR_NO_DEVICE": 100,
+    "CUDA_ERROR_INVALID_DEVICE": 101,
+    "CUDA_ERROR_INVALID_IMAGE": 200,
+    "CUDA_ERROR_INVALID_CONTEXT": 201,
+    "CUDA_ERROR_INVALID_HANDLE": 400,
+    "CUDA_ERROR_NOT_FOUND": 500,
+    "CUDA_ERROR_NOT_READY": 600,
+    "CUDA_ERROR_ILLEGAL_ADDRESS": 700,
+    "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES": 701,
+    "CUDA_ERROR_LAUNCH_FAILED": 719,
+    "CUDA_ERROR_NOT_SUPPORTED": 801,
+}
+
+
+def error_code(name: str) -> int:
+    """The numeric CUresult of a CUDA error name; ValueError for a name the driver does not have."""
+    if _cu is not None:
+        try:
+            return int(getattr(_cu.CUresult, name))
+        except AttributeError:
+            raise ValueError(f"unknown CUDA error name {name!r}") from None
+    if name not in _FALLBACK_CODES:
+        raise ValueError(f"unknown CUDA error name {name!r}")
+    return _FALLBACK_CODES[name]
+
+
+def _known_attribute(name: str) -> bool:
+    if _cu is None:
+        return name.isupper()
+    return hasattr(_cu.CUdevice_attribute, f"CU_DEVICE_ATTRIBUTE_{name}")
+
+
+def _fail(call: str, name: str) -> CudaError:
+    return CudaError(call, name, error_code(name))
+
+
+# -- profiles ------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Profile:
+    """What a fake device reports."""
+
+    name: str
+    device_name: str
+    attributes: dict[str, int]
+    total_mem: int
+    driver_version: int  # cuDriverGetVersion: 1000 * major + 10 * minor
+
+
+_COMMON = {
+    "MULTIPROCESSOR_COUNT": 16,
+    "L2_CACHE_SIZE": 4 << 20,
+    "MAX_THREADS_PER_BLOCK": 1024,
+    "MAX_BLOCK_DIM_X": 1024,
+    "MAX_BLOCK_DIM_Y": 1024,
+    "MAX_BLOCK_DIM_Z": 64,
+    "MAX_GRID_DIM_X": 2**31 - 1,
+    "MAX_GRID_DIM_Y": 65535,
+    "MAX_GRID_DIM_Z": 65535,
+    "MAX_SHARED_MEMORY_PER_BLOCK": 48 << 10,
+    "WARP_SIZE": 32,
+    "UNIFIED_ADDRESSING": 1,
+    "CLOCK_RATE": 1_300_000,
+    "MEMORY_CLOCK_RATE": 3_199_000,
+    "GLOBAL_MEMORY_BUS_WIDTH": 256,
+    "PAGEABLE_MEMORY_ACCESS": 0,
+    "PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES": 0,
+    "DIRECT_MANAGED_MEM_ACCESS_FROM_HOST": 0,
+    "HOST_NATIVE_ATOMIC_SUPPORTED": 0,
+}
+
+ORIN = Profile(
+    name="orin",
+    device_name="Orin",
+    attributes={
+        **_COMMON,
+        "COMPUTE_CAPABILITY_MAJOR": 8,
+        "COMPUTE_CAPABILITY_MINOR": 7,
+        "INTEGRATED": 1,
+        "CAN_MAP_HOST_MEMORY": 1,
+        "MANAGED_MEMORY": 1,
+        "CONCURRENT_MANAGED_ACCESS": 0,
+    },
+    total_mem=30 << 30,
+    driver_version=12060,
+)
+
+DGPU = Profile(
+    name="dgpu",
+    device_name="NVIDIA RTX A4000",
+    attributes={
+        **_COMMON,
+        "COMPUTE_CAPABILITY_MAJOR": 8,
+        "COMPUTE_CAPABILITY_MINOR": 6,
+        "MULTIPROCESSOR_COUNT": 48,
+        "INTEGRATED": 0,
+        "CAN_MAP_HOST_MEMORY": 1,
+        "MANAGED_MEMORY": 1,
+        "CONCURRENT_MANAGED_ACCESS": 1,
+    },
+    total_mem=16 << 30,
+    driver_version=12080,
+)
+
+PROFILES: dict[str, Profile] = {
+    "orin": ORIN,
+    "dgpu": DGPU,
+    "orin_no_map_host": replace(
+        ORIN, name="orin_no_map_host", attributes={**ORIN.attributes, "CAN_MAP_HOST_MEMORY": 0}
+    ),
+    "orin_no_managed": replace(ORIN, name="orin_no_managed", attributes={**ORIN.attributes, "MANAGED_MEMORY": 0}),
+}
+# Machines where GPU tests cannot run: a device profile plus what is missing.
+UNAVAILABLE: dict[str, dict[str, Any]] = {
+    "no_driver": {"has_driver": False},
+    "no_device": {"devices": 0},
+    "no_nvrtc": {"has_nvrtc": False},
+}
+
+# The CUDA API names the fake answers to (what ``inject`` accepts).
+API_CALLS = frozenset(
+    {
+        "cuInit",
+        "cuDriverGetVersion",
+        "cuDeviceGetCount",
+        "cuDeviceGet",
+        "cuDeviceGetName",
+        "cuDeviceTotalMem",
+        "cuDeviceGetAttribute",
+        "cuDevicePrimaryCtxRetain",
+        "cuDevicePrimaryCtxRelease",
+        "cuDevicePrimaryCtxReset",
+        "cuCtxSetCurrent",
+        "cuCtxSynchronize",
+        "cuMemGetInfo",
+        "cuMemAlloc",
+        "cuMemFree",
+        "cuMemAllocManaged",
+        "cuMemHostAlloc",
+        "cuMemHostGetDevicePointer",
+        "cuMemFreeHost",
+        "cuMemcpyHtoD",
+        "cuMemcpyHtoDAsync",
+        "cuMemcpyDtoH",
+        "cuMemcpyDtoHAsync",
+        "cuMemcpyDtoD",
+        "cuMemcpyDtoDAsync",
+        "cuMemsetD8",
+        "cuMemsetD8Async",
+        "cuMemPrefetchAsync",
+        "cuMemAdvise",
+        "cuStreamCreate",
+        "cuStreamDestroy",
+        "cuStreamSynchronize",
+        "cuStreamQuery",
+        "cuStreamAttachMemAsync",
+        "cuEventCreate",
+        "cuEventDestroy",
+        "cuEventRecord",
+        "cuEventSynchronize",
+        "cuEventElapsedTime",
+        "cuModuleLoadData",
+        "cuModuleUnload",
+        "cuModuleGetFunction",
+        "cuLaunchKernel",
+    }
+)
+MEM_ADVICE = frozenset(
+    {
+        "SET_READ_MOSTLY",
+        "UNSET_READ_MOSTLY",
+        "SET_PREFERRED_LOCATION",
+        "UNSET_PREFERRED_LOCATION",
+        "SET_ACCESSED_BY",
+        "UNSET_ACCESSED_BY",
+    }
+)
+ALIGNMENT = 256  # cuMemAlloc's guarantee
+FREED_FILL = 0xDD
+
+
+# -- records -------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Call:
+    """One driver call as the fake saw it (``name`` is the CUDA API name, with a detail in parentheses)."""
+
+    name: str
+    args: tuple[Any, ...]
+
+    @property
+    def api(self) -> str:
+        return self.name.split("(", 1)[0]
+
+
+@dataclass
+class FakeAllocation:
+    """One allocation: ``kind`` is ``device`` (cuMemAlloc), ``managed`` or ``host`` (cuMemHostAlloc)."""
+
+    kind: str
+    ptr: int
+    nbytes: int
+    flags: int
+    ordinal: int
+    storage: np.ndarray = field(repr=False)
+    valid: bool = True  # False once its context is gone
+    attach: int = 0  # managed: the MEM_ATTACH_* flag it is attached with
+
+    def contains(self, ptr: int, nbytes: int) -> bool:
+        return self.ptr <= ptr and ptr + nbytes <= self.ptr + self.nbytes
+
+
+class FakeHandle:
+    """An opaque driver handle (device, context, stream, event, module, function); ``int()`` gives its value."""
+
+    __slots__ = ("alive", "data", "generation", "kind", "ordinal", "value")
+
+    def __init__(self, kind: str, value: int, ordinal: int, generation: int, data: Any = None) -> None:
+        self.kind = kind
+        self.value = value
+        self.ordinal = ordinal
+        self.generation = generation
+        self.data = data
+        self.alive = True
+
+    def __int__(self) -> int:
+        return self.value
+
+    def __index__(self) -> int:
+        return self.value
+
+    def __repr__(self) -> str:
+        return f"<fake {self.kind} 0x{self.value:x}{'' if self.alive else ' dead'}>"
+
+
+@dataclass
+class Launch:
+    """One cuLaunchKernel: the kernel's symbol, shape, stream and each argument's raw bytes."""
+
+    kernel: str
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    shared_mem: int
+    stream: Any
+    args: tuple[bytes, ...] | None  # None where the parameter sizes are not known
+
+    def value(self, index: int, dtype: Any) -> Any:
+        """Argument ``index`` read as ``dtype`` (its size must match the parameter's)."""
+        assert self.args is not None, f"{self.kernel}: argument sizes unknown"
+        dt = np.dtype(dtype)
+        raw = self.args[index]
+        if len(raw) != dt.itemsize:
+            raise AssertionError(f"{self.kernel} argument {index}: {len(raw)} bytes, read as {dt}")
+        return np.frombuffer(raw, dtype=dt)[0].item()
+
+    def ptr(self, index: int) -> int:
+        return int(self.value(index, np.uint64))
+
+
+class FakeFault(Exception):
+    """Raised by an emulated kernel: the launch succeeds, the context becomes sticky with ``error``."""
+
+    def __init__(self, error: str = "CUDA_ERROR_ILLEGAL_ADDRESS", detail: str = "") -> None:
+        self.error = error
+        super().__init__(f"{error}: {detail}" if detail else error)
+
+
+@dataclass
+class Injection:
+    call: str
+    error: str
+    skip: int = 0
+    times: int | None = 1  # None: every time
+
+    def matches(self, name: str) -> bool:
+        return name == self.call or name.split("(", 1)[0] == self.call
+
+
+@dataclass
+class _Context:
+    ordinal: int
+    handle: FakeHandle
+    refcount: int = 0
+    generation: int = 0
+
+    @property
+    def active(self) -> bool:
+        return self.refcount > 0
+
+
+# -- the fake ------------------------------------------------------------------------------------------
+class FakeDriver:
+    """Drop-in for ``pytest_jetmem.driver.CudaDriver`` on a machine without a GPU (see the module doc)."""
+
+    def __init__(
+        self,
+        profile: str | Profile = "orin",
+        *,
+        attributes: dict[str, int] | None = None,
+        device_name: str | None = None,
+        total_mem: int | None = None,
+        free_mem: int | None = None,
+        driver_version: int | None = None,
+        has_driver: bool = True,
+        devices: int = 1,
+        has_nvrtc: bool = True,
+        kernel_ms: float | Callable[[Launch], float] = 0.01,
+        backing_limit: int = 256 << 20,
+        poison: int = 0xA5,
+    ) -> None:
+        if isinstance(profile, str):
+            if profile in UNAVAILABLE:
+                missing = UNAVAILABLE[profile]
+                has_driver = missing.get("has_driver", has_driver)
+                devices = missing.get("devices", devices)
+                has_nvrtc = missing.get("has_nvrtc", has_nvrtc)
+                profile = "orin"
+            if profile not in PROFILES:
+                raise ValueError(f"unknown fake profile {profile!r}; known: {', '.join([*PROFILES, *UNAVAILABLE])}")
+            profile = PROFILES[profile]
+        self.profile = profile
+        self.attributes: dict[str, int] = {**profile.attributes, **(attributes or {})}
+        for name in self.attributes:
+            if not _known_attribute(name):
+                raise ValueError(f"unknown device attribute {name!r}")
+        self.device_name_str = device_name or profile.device_name
+        self.total_mem = profile.total_mem if total_mem is None else total_mem
+        self.free_mem = int(self.total_mem * 0.8) if free_mem is None else free_mem
+        self.version = profile.driver_version if driver_version is None else driver_version
+        self.has_driver = has_driver
+        self.devices = devices
+        self.has_nvrtc = has_nvrtc
+        self.kernel_ms = kernel_ms
+        self.backing_limit = backing_limit
+        self.poison = poison
+
+        self.calls: list[Call] = []
+        self.live: dict[int, FakeAllocation] = {}
+        self.freed: list[FakeAllocation] = []
+        self.reclaimed: list[FakeAllocation] = []
+        self.launches: list[Launch] = []
+        self.compiles: list[tuple[str, tuple[str, ...]]] = []
+        self.prefetches: list[tuple[int, int, int]] = []
+        self.advice: list[tuple[int, int, str, int]] = []
+        self.injections: list[Injection] = []
+        self.emulators: dict[str, Callable[[FakeDriver, Launch], None]] = dict(BUNDLED_EMULATORS)
+        self.sticky: str | None = None
+        self.sticky_at: int | None = None  # len(calls) when the context went sticky
+        self.resets = 0
+        self.initialized = False
+        self._ids = itertools.count(0x1000)
+        self._contexts: dict[int, _Context] = {}
+        self._current: FakeHandle | None = None
+        self._handles: dict[str, dict[int, FakeHandle]] = {k: {} for k in ("stream", "event", "module", "function")}
+        self._clock: dict[int, float] = {0: 0.0}  # stream value -> virtual time in ms (0: the default stream)
+        self._real: Any = None
+
+    def __repr__(self) -> str:
+        return f"<FakeDriver {self.profile.name}: {len(self.live)} live allocations, {len(self.calls)} calls>"
+
+    # -- configuration and inspection ---------------------------------------------------------------
+    def inject(self, call: str, error: str, *, skip: int = 0, times: int | None = 1) -> Injection:
+        """Make the next ``times`` calls of ``call`` (after ``skip`` good ones) fail with ``error``."""
+        base = call.split("(", 1)[0]
+        if base not in API_CALLS:
+            raise ValueError(f"inject: the fake makes no call {call!r}; calls: {', '.join(sorted(API_CALLS))}")
+        error_code(error)  # a typo in the error name is a bug in the test
+        inj = Injection(call, error, skip, times)
+        self.injections.append(inj)
+        return inj
+
+    def count(self, call: str) -> int:
+        """How many calls of ``call`` (an API name, or a full name with its detail) the fake saw."""
+        return sum(1 for c in self.calls if c.name == call or c.api == call)
+
+    def allocation_at(self, ptr: int) -> FakeAllocation | None:
+        """The live allocation containing address ``ptr``, if any."""
+        return next((a for a in self.live.values() if a.contains(ptr, 1)), None)
+
+    def leaks(self) -> dict[str, list[str]]:
+        """What was never released: allocations, streams, events, modules, primary-context retains."""
+        out: dict[str, list[str]] = {}
+        if self.live:
+            out["allocations"] = [repr(a) for a in self.live.values()]
+        for kind in ("stream", "event", "module"):
+            alive = [repr(h) for h in self._handles[kind].values() if h.alive]
+            if alive:
+                out[f"{kind}s"] = alive
+        retained = [f"device {c.ordinal}: {c.refcount}" for c in self._contexts.values() if c.refcount]
+        if retained:
+            out["primary contexts retained"] = retained
+        return out
+
+    def view(self, ptr: int, dtype: Any, count: int) -> np.ndarray:
+        """``count`` items of ``dtype`` at device address ``ptr`` (for emulators); FakeFault if not mapped."""
+        dt = np.dtype(dtype)
+        nbytes = dt.itemsize * count
+        if count == 0:
+            return np.empty(0, dt)
+        if self._device_allocation(ptr, nbytes) is None:
+            raise FakeFault("CUDA_ERROR_ILLEGAL_ADDRESS", f"{nbytes} bytes at 0x{ptr:x} are not device memory")
+        return np.frombuffer((ctypes.c_char * nbytes).from_address(ptr), dtype=dt)
+
+    # -- plumbing -----------------------------------------------------------------------------------
+    def _enter(self, name: str, *args: Any, init: bool = True, ctx: bool = True) -> None:
+        """Record a call; fail it as the driver would before doing anything."""
+        self.calls.append(Call(name, args))
+        if init and not self.initialized:
+            raise _fail(name, "CUDA_ERROR_NOT_INITIALIZED")
+        if ctx and self.sticky:
+            raise _fail(name, self.sticky)
+        self._maybe_inject(name)
+        if ctx:
+            self._context(name)
+
+    def _maybe_inject(self, name: str) -> None:
+        for inj in self.injections:
+            if not inj.matches(name) or inj.times == 0:
+                continue
+            if inj.skip > 0:
+                inj.skip -= 1
+                continue
+            if inj.times is not None:
+                inj.times -= 1
+            if inj.error in STICKY_ERRORS:
+                self._go_sticky(inj.error)
+            raise _fail(name, inj.error)
+
+    def _go_sticky(self, error: str) -> None:
+        if self.sticky is None:
+            self.sticky, self.sticky_at = error, len(self.calls)
+
+    def _context(self, call: str) -> _Context:
+        cur = self._current
+        if cur is None:
+            raise _fail(call, "CUDA_ERROR_INVALID_CONTEXT")
+        ctx = self._contexts[cur.ordinal]
+        if not ctx.active:
+            raise _fail(call, "CUDA_ERROR_INVALID_CONTEXT")
+        return ctx
+
+    def _new_handle(self, kind: str, ordinal: int, data: Any = None) -> FakeHandle:
+        gen = self._contexts[ordinal].generation if ordinal in self._contexts else 0
+        h = FakeHandle(kind, next(self._ids) << 4, ordinal, gen, data)
+        if kind in self._handles:
+            self._handles[kind][h.value] = h
+        return h
+
+    def _handle(self, call: str, kind: str, value: Any) -> FakeHandle:
+        """Look up a live handle of ``kind`` (an int of one is accepted, as the bindings do)."""
+        key = value.value if isinstance(value, FakeHandle) else value
+        if isinstance(value, FakeHandle) and value.kind != kind:
+            raise TypeError(f"{call}: expected a {kind} handle, got {value!r}")
+        if not isinstance(key, int):
+            raise TypeError(f"{call}: expected a {kind} handle, got {type(value).__name__}")
+        h = self._handles[kind].get(key)
+        if h is None or not h.alive or h.generation != self._contexts[h.ordinal].generation:
+            raise _fail(call, "CUDA_ERROR_INVALID_HANDLE")
+        return h
+
+    def _stream(self, call: str, stream: Any) -> int:
+        """A stream argument: None or 0 is the legacy default stream; returns the stream's value."""
+        if stream is None or (isinstance(stream, int) and stream == 0):
+            return 0
+        return self._handle(call, "stream", stream).value
+
+    def _device(self, call: str, dev: Any) -> int:
+        ordinal = dev.value if isinstance(dev, FakeHandle) and dev.kind == "device" else dev
+        if isinstance(dev, FakeHandle) and dev.kind != "device":
+            raise TypeError(f"{call}: expected a device, got {dev!r}")
+        if not isinstance(ordinal, int) or not 0 <= ordinal < self.devices:
+            raise _fail(call, "CUDA_ERROR_INVALID_DEVICE")
+        return ordinal
+
+    @staticmethod
+    def _int(call: str, value: Any, what: str) -> int:
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+            raise TypeError(f"{call}: {what} must be an int, got {type(value).__name__}")
+        return int(value)
+
+    def _size(self, call: str, nbytes: Any, allow_zero: bool = False) -> int:
+        n = self._int(call, nbytes, "the byte count")
+        if n < 0 or (n == 0 and not allow_zero):
+            raise _fail(call, "CUDA_ERROR_INVALID_VALUE")
+        return n
+
+    def _device_allocation(self, ptr: int, nbytes: int) -> FakeAllocation | None:
+        """The allocation a kernel or copy may use for [ptr, ptr + nbytes)."""
+        for a in self.live.values():
+            if a.valid and a.contains(ptr, max(nbytes, 1)):
+                if a.kind == "host" and not (a.flags & jdriver.MEMHOSTALLOC_DEVICEMAP):
+                    return None
+                return a
+        return None
+
+    def _range(self, call: str, ptr: Any, nbytes: int) -> int:
+        p = self._int(call, ptr, "the device pointer")
+        if self._device_allocation(p, nbytes) is None:
+            raise _fail(call, "CUDA_ERROR_INVALID_VALUE")
+        return p
+
+    def _allocate(self, call: str, kind: str, nbytes: int, flags: int) -> int:
+        ctx = self._context(call)
+        if kind != "host" and nbytes > self._free():
+            raise _fail(call, "CUDA_ERROR_OUT_OF_MEMORY")
+        if nbytes > self.backing_limit:  # the fake's own limit: it backs every byte with host memory
+            raise _fail(call, "CUDA_ERROR_OUT_OF_MEMORY")
+        storage = np.empty(nbytes + ALIGNMENT, dtype=np.uint8)
+        start = (-storage.ctypes.data) % ALIGNMENT
+        storage = storage[start : start + nbytes]
+        storage.fill(self.poison)
+        ptr = storage.ctypes.data
+        attach = jdriver.MEM_ATTACH_GLOBAL if kind == "managed" else 0
+        self.live[ptr] = FakeAllocation(kind, ptr, nbytes, flags, ctx.ordinal, storage, attach=attach)
+        return ptr
+
+    def _free_allocation(self, call: str, ptr: Any, kinds: tuple[str, ...]) -> None:
+        p = self._int(call, ptr, "the pointer")
+        alloc = self.live.get(p)
+        if alloc is None or alloc.kind not in kinds or not alloc.valid:
+            raise _fail(call, "CUDA_ERROR_INVALID_VALUE")
+        del self.live[p]
+        alloc.storage.fill(FREED_FILL)
+        self.freed.append(alloc)
+
+    def _free(self) -> int:
+        used = sum(a.nbytes for a in self.live.values() if a.valid and a.kind != "host")
+        return max(self.free_mem - used, 0)
+
+    def _destroy_context(self, ctx: _Context, reclaim: bool) -> None:
+        """End a context: its resources die; a reset reclaims them, a last release leaves them as leaks."""
+        ctx.generation += 1
+        for a in [a for a in self.live.values() if a.ordinal == ctx.ordinal and a.valid]:
+            a.valid = False
+            if reclaim:
+                del self.live[a.ptr]
+                self.reclaimed.append(a)
+        for table in self._handles.values():
+            for h in table.values():
+                if h.ordinal == ctx.ordinal and h.alive and h.generation < ctx.generation and reclaim:
+                    h.alive = False
+        self.sticky = self.sticky_at = None
+
+    def _nvrtc(self) -> Any:
+        if not self.has_nvrtc:
+            raise CudaUnavailable(
+                "NVRTC not found (fake: libnvrtc.so could not be loaded); install the cu12 or cu13 extra"
+            )
+        if self._real is None:
+            self._real = jdriver.CudaDriver()  # NVRTC through the real bindings: no GPU needed
+        return self._real
+
+    @property
+    def bindings_version(self) -> str:
+        try:
+            import cuda.bindings
+
+            return f"{getattr(cuda.bindings, '__version__', 'unknown')} (fake driver)"
+        except ImportError:  # pragma: no cover
+            return "fake"
+
+    @property
+    def bindings_major(self) -> int:
+        text = self.bindings_version
+        return int(text.split(".")[0]) if text[0].isdigit() else 0
+
+    # -- initialisation and devices -----------------------------------------------------------------
+    def init(self) -> None:
+        self.calls.append(Call("cuInit", (0,)))
+        if not self.has_driver:
+            raise CudaUnavailable("no CUDA driver: libcuda could not be loaded (fake: no libcuda.so.1 on this machine)")
+        try:
+            self._maybe_inject("cuInit")
+        except CudaError as exc:  # what CudaDriver.init makes of a failing cuInit
+            raise CudaUnavailable(f"no usable CUDA driver: cuInit returned {exc.name}") from exc
+        if self.devices == 0:
+            raise CudaUnavailable("no CUDA device: cuInit returned CUDA_ERROR_NO_DEVICE")
+        self.initialized = True
+
+    def driver_version(self) -> int:
+        self._enter("cuDriverGetVersion", init=False, ctx=False)
+        return self.version
+
+    def device_count(self) -> int:
+        self._enter("cuDeviceGetCount", ctx=False)
+        return self.devices
+
+    def device_get(self, ordinal: int) -> FakeHandle:
+        self._enter("cuDeviceGet", ordinal, ctx=False)
+        self._int("cuDeviceGet", ordinal, "the ordinal")
+        if not 0 <= ordinal < self.devices:
+            raise _fail("cuDeviceGet", "CUDA_ERROR_INVALID_DEVICE")
+        return FakeHandle("device", ordinal, ordinal, 0)
+
+    def device_name(self, dev: Any) -> str:
+        self._enter("cuDeviceGetName", dev, ctx=False)
+        self._device("cuDeviceGetName", dev)
+        return self.device_name_str
+
+    def device_total_mem(self, dev: Any) -> int:
+        self._enter("cuDeviceTotalMem", dev, ctx=False)
+        self._device("cuDeviceTotalMem", dev)
+        return self.total_mem
+
+    def device_attribute(self, dev: Any, name: str) -> int:
+        if not _known_attribute(name):  # the real wrapper's getattr on the enum fails the same way
+            raise AttributeError(f"CU_DEVICE_ATTRIBUTE_{name}")
+        call = f"cuDeviceGetAttribute({name})"
+        self._enter(call, dev, ctx=False)
+        self._device(call, dev)
+        return int(self.attributes.get(name, 0))
+
+    # -- contexts -----------------------------------------------------------------------------------
+    def primary_ctx_retain(self, dev: Any) -> FakeHandle:
+        self._enter("cuDevicePrimaryCtxRetain", dev, ctx=False)
+        ordinal = self._device("cuDevicePrimaryCtxRetain", dev)
+        ctx = self._contexts.get(ordinal)
+        if ctx is None:
+            ctx = self._contexts[ordinal] = _Context(ordinal, FakeHandle("context", next(self._ids) << 4, ordinal, 0))
+        ctx.refcount += 1
+        return ctx.handle
+
+    def primary_ctx_release(self, dev: Any) -> None:
+        self._enter("cuDevicePrimaryCtxRelease", dev, ctx=False)
+        ordinal = self._device("cuDevicePrimaryCtxRelease", dev)
+        ctx = self._contexts.get(ordinal)
+        if ctx is None or ctx.refcount == 0:
+            raise _fail("cuDevicePrimaryCtxRelease", "CUDA_ERROR_INVALID_CONTEXT")
+        ctx.refcount -= 1
+        if ctx.refcount == 0:
+            self._destroy_context(ctx, reclaim=False)
+
+    def primary_ctx_reset(self, dev: Any) -> None:
+        self._enter("cuDevicePrimaryCtxReset", dev, ctx=False)
+        ordinal = self._device("cuDevicePrimaryCtxReset", dev)
+        self.resets += 1
+        ctx = self._contexts.get(ordinal)
+        if ctx is not None:
+            self._destroy_context(ctx, reclaim=True)
+
+    def ctx_set_current(self, ctx: Any) -> None:
+        self._enter("cuCtxSetCurrent", ctx, ctx=False)
+        if ctx is None:
+            self._current = None
+            return
+        if not isinstance(ctx, FakeHandle) or ctx.kind != "context":
+            raise TypeError(f"cuCtxSetCurrent: expected a context, got {ctx!r}")
+        known = self._contexts.get(ctx.ordinal)
+        if known is None or known.handle is not ctx:
+            raise _fail("cuCtxSetCurrent", "CUDA_ERROR_INVALID_CONTEXT")
+        self._current = ctx
+
+    def ctx_synchronize(self) -> None:
+        self._enter("cuCtxSynchronize")
+
+    # -- memory -------------------------------------------------------------------------------------
+    def mem_get_info(self) -> tuple[int, int]:
+        self._enter("cuMemGetInfo")
+        return self._free(), self.total_mem
+
+    def mem_alloc(self, nbytes: int) -> int:
+        self._enter("cuMemAlloc", nbytes)
+        return self._allocate("cuMemAlloc", "device", self._size("cuMemAlloc", nbytes), 0)
+
+    def mem_free(self, ptr: int) -> None:
+        self._enter("cuMemFree", ptr)
+        self._free_allocation("cuMemFree", ptr, ("device", "managed"))
+
+    def mem_alloc_managed(self, nbytes: int, flags: int = jdriver.MEM_ATTACH_GLOBAL) -> int:
+        call = "cuMemAllocManaged"
+        self._enter(call, nbytes, flags)
+        n = self._size(call, nbytes)
+        if not self.attributes.get("MANAGED_MEMORY"):
+            raise _fail(call, "CUDA_ERROR_NOT_SUPPORTED")
+        if flags not in (jdriver.MEM_ATTACH_GLOBAL, jdriver.MEM_ATTACH_HOST):
+            raise _fail(call, "CUDA_ERROR_INVALID_VALUE")
+        ptr = self._allocate(call, "managed", n, flags)
+        self.live[ptr].attach = flags
+        return ptr
+
+    def mem_host_alloc(self, nbytes: int, flags: int) -> int:
+        call = "cuMemHostAlloc"
+        self._enter(call, nbytes, flags)
+        n = self._size(call, nbytes)
+        if self._int(call, flags, "flags") & ~0x7:  # PORTABLE | DEVICEMAP | WRITECOMBINED
+            raise _fail(call, "CUDA_ERROR_INVALID_VALUE")
+        return self._allocate(call, "host", n, flags)
+
+    def mem_host_get_device_pointer(self, host_ptr: int) -> int:
+        call = "cuMemHostGetDevicePointer"
+        self._enter(call, host_ptr, 0)
+        p = self._int(call, host_ptr, "the host pointer")
+        if not self.attributes.get("CAN_MAP_HOST_MEMORY"):
+            raise _fail(call, "CUDA_ERROR_NOT_SUPPORTED")
+        alloc = next((a for a in self.live.values() if a.kind == "host" and a.valid and a.contains(p, 1)), None)
+        if alloc is None or not alloc.flags & jdriver.MEMHOSTALLOC_DEVICEMAP:
+            raise _fail(call, "CUDA_ERROR_INVALID_VALUE")
+        return p  # unified addressing: the device sees it at the same address
+
+    def mem_free_host(self, host_ptr: int) -> None:
+        self._enter("cuMemFreeHost", host_ptr)
+        self._free_allocation("cuMemFreeHost", host_ptr, ("host",))
+
+    def memcpy_htod(self, dst: int, src_host: int, nbytes: int, stream: Any = None) -> None:
+        call = "cuMemcpyHtoD" if stream is None else "cuMemcpyHtoDAsync"
+        self._enter(call, dst, src_host, nbytes, *(() if stream is None else (stream,)))
+        n = self._size(call, nbytes, allow_zero=True)
+        if stream is not None:
+            self._stream(call, stream)
+        d = self._range(call, dst, n)
+        s = self._int(call, src_host, "the host pointer")
+        if n and s == 0:
+            raise _fail(call, "CUDA_ERROR_INVALID_VALUE")
+        ctypes.memmove(d, s, n)
+
+    def memcpy_dtoh(self, dst_host: int, src: int, nbytes: int, stream: Any = None) -> None:
+        call = "cuMemcpyDtoH" if stream is None else "cuMemcpyDtoHAsync"
+        self._enter(call, dst_host, src, nbytes, *(() if stream is None else (stream,)))
+        n = self._size(call, nbytes, allow_zero=True)
+        if stream is not None:
+            self._stream(call, stream)
+        s = self._range(call, src, n)
+        d = self._int(call, dst_host, "the host pointer")
+        if n and d == 0:
+            raise _fail(call, "CUDA_ERROR_INVALID_VALUE")
+        ctypes.memmove(d, s, n)
+
+    def memcpy_dtod(self, dst: int, src: int, nbytes: int, stream: Any = None) -> None:
+        call = "cuMemcpyDtoD" if stream is None else "cuMemcpyDtoDAsync"
+        self._enter(call, dst, src, nbytes, *(() if stream is None else (stream,)))
+        n = self._size(call, nbytes, allow_zero=True)
+        if stream is not None:
+            self._stream(call, stream)
+        ctypes.memmove(self._range(call, dst, n), self._range(call, src, n), n)
+
+    def memset_d8(self, ptr: int, value: int, nbytes: int, stream: Any = None) -> None:
+        call = "cuMemsetD8" if stream is None else "cuMemsetD8Async"
+        self._enter(call, ptr, value, nbytes, *(() if stream is None else (stream,)))
+        n = self._size(call, nbytes, allow_zero=True)
+        v = self._int(call, value, "the value")
+        if not 0 <= v <= 0xFF:
+            raise _fail(call, "CUDA_ERROR_INVALID_VALUE")
+        if stream is not None:
+            self._stream(call, stream)
+        ctypes.memset(self._range(call, ptr, n), v, n)
+
+    def _managed_range(self, call: str, ptr: Any, nbytes: int) -> FakeAllocation:
+        p = self._int(call, ptr, "the pointer")
+        alloc = self._device_allocation(p, nbytes)
+        if alloc is None or alloc.kind != "managed":
+            raise _fail(call, "CUDA_ERROR_INVALID_VALUE")
+        return alloc
+
+    def mem_prefetch_async(self, ptr: int, nbytes: int, device_ordinal: int, stream: Any) -> None:
+        call = "cuMemPrefetchAsync"
+        self._enter(call, ptr, nbytes, device_ordinal, stream)
+        n = self._size(call, nbytes)
+        self._stream(call, stream)
+        self._managed_range(call, ptr, n)
+        if device_ordinal != jdriver.CPU_DEVICE_ID:
+            self._device(call, device_ordinal)
+            if not self.attributes.get("CONCURRENT_MANAGED_ACCESS"):
+                raise _fail(call, "CUDA_ERROR_INVALID_DEVICE")
+        self.prefetches.append((int(ptr), n, device_ordinal))
+
+    def mem_advise(self, ptr: int, nbytes: int, advice: str, device_ordinal: int) -> None:
+        if advice not in MEM_ADVICE:  # the real wrapper's getattr on CUmem_advise fails the same way
+            raise AttributeError(f"CU_MEM_ADVISE_{advice}")
+        call = "cuMemAdvise"
+        self._enter(call, ptr, nbytes, advice, device_ordinal)
+        n = self._size(call, nbytes)
+        self._managed_range(call, ptr, n)
+        if device_ordinal != jdriver.CPU_DEVICE_ID:
+            self._device(call, device_ordinal)
+        self.advice.append((int(ptr), n, advice, device_ordinal))
+
+    # -- streams and events -------------------------------------------------------------------------
+    def stream_create(self, flags: int = jdriver.STREAM_DEFAULT) -> FakeHandle:
+        self._enter("cuStreamCreate", flags)
+        if flags not in (jdriver.STREAM_DEFAULT, jdriver.STREAM_NON_BLOCKING):
+            raise _fail("cuStreamCreate", "CUDA_ERROR_INVALID_VALUE")
+        h = self._new_handle("stream", self._context("cuStreamCreate").ordinal, flags)
+        self._clock[h.value] = 0.0
+        return h
+
+    def stream_destroy(self, stream: Any) -> None:
+        self._enter("cuStreamDestroy", stream)
+        self._handle("cuStreamDestroy", "stream", stream).alive = False
+
+    def stream_synchronize(self, stream: Any) -> None:
+        self._enter("cuStreamSynchronize", stream)
+        self._stream("cuStreamSynchronize", stream)
+
+    def stream_query(self, stream: Any) -> bool:
+        self._enter("cuStreamQuery", stream)
+        self._stream("cuStreamQuery", stream)
+        return True
+
+    def stream_attach_mem_async(self, stream: Any, ptr: int, flags: int) -> None:
+        call = "cuStreamAttachMemAsync"
+        self._enter(call, stream, ptr, 0, flags)
+        s = self._stream(call, stream)
+        p = self._int(call, ptr, "the pointer")
+        alloc = self.live.get(p)
+        if alloc is None or alloc.kind != "managed" or not alloc.valid:
+            raise _fail(call, "CUDA_ERROR_INVALID_VALUE")
+        if flags not in (jdriver.MEM_ATTACH_GLOBAL, jdriver.MEM_ATTACH_HOST, jdriver.MEM_ATTACH_SINGLE):
+            raise _fail(call, "CUDA_ERROR_INVALID_VALUE")
+        if flags == jdriver.MEM_ATTACH_SINGLE and s == 0:
+            raise _fail(call, "CUDA_ERROR_INVALID_VALUE")
+        alloc.attach = flags
+
+    def event_create(self, flags: int = jdriver.EVENT_DEFAULT) -> FakeHandle:
+        self._enter("cuEventCreate", flags)
+        if self._int("cuEventCreate", flags, "flags") & ~0x7:
+            raise _fail("cuEventCreate", "CUDA_ERROR_INVALID_VALUE")
+        return self._new_handle("event", self._context("cuEventCreate").ordinal, {"flags": flags, "time": None})
+
+    def event_destroy(self, event: Any) -> None:
+        self._enter("cuEventDestroy", event)
+        self._handle("cuEventDestroy", "event", event).alive = False
+
+    def event_record(self, event: Any, stream: Any) -> None:
+        self._enter("cuEventRecord", event, stream)
+        h = self._handle("cuEventRecord", "event", event)
+        h.data["time"] = self._clock[self._stream("cuEventRecord", stream)]
+
+    def event_synchronize(self, event: Any) -> None:
+        self._enter("cuEventSynchronize", event)
+        self._handle("cuEventSynchronize", "event", event)
+
+    def event_elapsed_ms(self, start: Any, end: Any) -> float:
+        call = "cuEventElapsedTime"
+        self._enter(call, start, end)
+        a, b = self._handle(call, "event", start), self._handle(call, "event", end)
+        for h in (a, b):
+            if h.data["time"] is None or h.data["flags"] & jdriver.EVENT_DISABLE_TIMING:
+                raise _fail(call, "CUDA_ERROR_INVALID_HANDLE")
+        return float(b.data["time"] - a.data["time"])
+
+    # -- modules and launches -----------------------------------------------------------------------
+    def module_load_data(self, image: bytes) -> FakeHandle:
+        call = "cuModuleLoadData"
+        self._enter(call, image)
+        if not isinstance(image, (bytes, bytearray)):
+            raise TypeError(f"{call}: expected the image as bytes, got {type(image).__name__}")
+        try:
+            sections = elf_sections(bytes(image))
+        except (ValueError, struct.error, IndexError):
+            raise _fail(call, "CUDA_ERROR_INVALID_IMAGE") from None
+        return self._new_handle("module", self._context(call).ordinal, sections)
+
+    def module_unload(self, module: Any) -> None:
+        self._enter("cuModuleUnload", module)
+        h = self._handle("cuModuleUnload", "module", module)
+        h.alive = False
+        for f in self._handles["function"].values():
+            if f.data["module"] is h:
+                f.alive = False
+
+    def module_get_function(self, module: Any, name: str) -> FakeHandle:
+        call = f"cuModuleGetFunction({name})"
+        self._enter(call, module, name)
+        h = self._handle(call, "module", module)
+        if not isinstance(name, str):
+            raise TypeError(f"{call}: expected the name as str")
+        sections: dict[str, bytes] = h.data
+        if f".text.{name}" not in sections:
+            raise _fail(call, "CUDA_ERROR_NOT_FOUND")
+        sizes = param_sizes(sections.get(f".nv.info.{name}", b""))
+        return self._new_handle("function", h.ordinal, {"module": h, "name": name, "params": sizes})
+
+    def launch_kernel(
+        self,
+        func: Any,
+        grid: tuple[int, int, int],
+        block: tuple[int, int, int],
+        shared_mem: int,
+        stream: Any,
+        params_ptr: int,
+    ) -> None:
+        call = "cuLaunchKernel"
+        self._enter(call, func, grid, block, shared_mem, stream, params_ptr)
+        f = self._handle(call, "function", func)
+        s = self._stream(call, stream)
+        g = tuple(self._int(call, v, "a grid dimension") for v in grid)
+        b = tuple(self._int(call, v, "a block dimension") for v in block)
+        limits = ("MAX_GRID_DIM_X", "MAX_GRID_DIM_Y", "MAX_GRID_DIM_Z")
+        if len(g) != 3 or any(not 1 <= v <= self.attributes[k] for v, k in zip(g, limits, strict=True)):
+            raise _fail(call, "CUDA_ERROR_INVALID_VALUE")
+        limits = ("MAX_BLOCK_DIM_X", "MAX_BLOCK_DIM_Y", "MAX_BLOCK_DIM_Z")
+        if len(b) != 3 or any(not 1 <= v <= self.attributes[k] for v, k in zip(b, limits, strict=True)):
+            raise _fail(call, "CUDA_ERROR_INVALID_VALUE")
+        if b[0] * b[1] * b[2] > self.attributes["MAX_THREADS_PER_BLOCK"]:
+            raise _fail(call, "CUDA_ERROR_INVALID_VALUE")
+        if not 0 <= self._int(call, shared_mem, "shared_mem") <= self.attributes["MAX_SHARED_MEMORY_PER_BLOCK"]:
+            raise _fail(call, "CUDA_ERROR_INVALID_VALUE")
+        sizes: list[int] | None = f.data["params"]
+        args: tuple[bytes, ...] | None = None
+        if sizes is not None:
+            p = self._int(call, params_ptr, "kernelParams")
+            if sizes and p == 0:
+                raise _fail(call, "CUDA_ERROR_INVALID_VALUE")
+            addresses = (ctypes.c_uint64 * len(sizes)).from_address(p) if sizes else []
+            args = tuple(ctypes.string_at(int(a), n) for a, n in zip(addresses, sizes, strict=True))
+        launch = Launch(f.data["name"], g, b, int(shared_mem), stream, args)  # type: ignore[arg-type]
+        self.launches.append(launch)
+        emulate = self.emulators.get(launch.kernel)
+        if emulate is not None:
+            try:
+                emulate(self, launch)
+            except FakeFault as fault:  # found at the next synchronisation on a real device; sticky now
+                self._go_sticky(fault.error)
+        cost = self.kernel_ms(launch) if callable(self.kernel_ms) else self.kernel_ms
+        self._clock[s] += float(cost)
+
+    # -- NVRTC (real: it needs no GPU) --------------------------------------------------------------
+    def nvrtc_version(self) -> tuple[int, int]:
+        return self._nvrtc().nvrtc_version()
+
+    def nvrtc_supported_archs(self) -> list[int]:
+        return self._nvrtc().nvrtc_supported_archs()
+
+    def nvrtc_compile(
+        self, source: str, filename: str, options: Any, name_expressions: Any = ()
+    ) -> tuple[bytes, str, dict[str, str]]:
+        real = self._nvrtc()
+        self.compiles.append((filename, tuple(options)))
+        return real.nvrtc_compile(source, filename, options, name_expressions)
+
+
+# -- CUBIN reading -------------------------------------------------------------------------------------
+def elf_sections(image: bytes) -> dict[str, bytes]:
+    """The named sections of a 64-bit little-endian ELF image (a CUBIN)."""
+    if image[:4] != b"\x7fELF" or image[4] != 2 or image[5] != 1:
+        raise ValueError("not a 64-bit little-endian ELF image")
+    shoff = struct.unpack_from("<Q", image, 0x28)[0]
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", image, 0x3A)
+    headers = [struct.unpack_from("<IIQQQQ", image, shoff + i * shentsize) for i in range(shnum)]
+    str_off = headers[shstrndx][4]
+
+    def name(offset: int) -> str:
+        start = str_off + offset
+        return image[start : image.index(b"\0", start)].decode()
+
+    out = {}
+    for sh_name, sh_type, _flags, _addr, offset, size in headers:
+        if sh_type != 8:  # SHT_NOBITS has no bytes in the file
+            out[name(sh_name)] = image[offset : offset + size]
+    return out
+
+
+EIFMT_SVAL = 4
+EIATTR_KPARAM_INFO = 0x17
+
+
+def param_sizes(nv_info: bytes) -> list[int] | None:
+    """Each kernel parameter's size in bytes, from a ``.nv.info.<kernel>`` section (None if unreadable)."""
+    params: dict[int, int] = {}
+    i = 0
+    while i + 4 <= len(nv_info):
+        fmt, attr, value = struct.unpack_from("<BBH", nv_info, i)
+        i += 4
+        if fmt == EIFMT_SVAL:
+            data = nv_info[i : i + value]
+            i += value
+            if attr == EIATTR_KPARAM_INFO and len(data) >= 12:
+                _index, ordinal, _offset, packed = struct.unpack_from("<IHHI", data)
+                params[ordinal] = (packed >> 18) & 0x3FFF
+        elif fmt not in (1, 2, 3):
+            return None
+    if sorted(params) != list(range(len(params))):
+        return None
+    return [params[k] for k in range(len(params))]
+
+
+# -- emulated bundled kernels --------------------------------------------------------------------------
+def _stream_fill(fake: FakeDriver, launch: Launch) -> None:
+    n = launch.value(1, np.uint64)
+    fake.view(launch.ptr(0), np.float32, n)[:] = np.float32(launch.value(2, np.float32))
+
+
+def _stream_write(fake: FakeDriver, launch: Launch) -> None:
+    n = launch.value(1, np.uint64)
+    scale = np.float32(launch.value(2, np.float32))
+    fake.view(launch.ptr(0), np.float32, n)[:] = np.arange(n, dtype=np.float64).astype(np.float32) * scale
+
+
+def _stream_copy(fake: FakeDriver, launch: Launch) -> None:
+    n = launch.value(2, np.uint64)
+    fake.view(launch.ptr(1), np.float32, n)[:] = fake.view(launch.ptr(0), np.float32, n)
+
+
+def _stream_read(fake: FakeDriver, launch: Launch) -> None:
+    n = launch.value(1, np.uint64)
+    total = np.float32(np.sum(fake.view(launch.ptr(0), np.float32, n), dtype=np.float64))
+    fake.view(launch.ptr(2), np.float32, 1)[0] += total
+
+
+def _pattern(n: int, seed: int) -> np.ndarray:
+    i = np.arange(n, dtype=np.uint64)
+    lo = (i & 0xFFFFFFFF).astype(np.uint32)
+    hi = (i >> np.uint64(32)).astype(np.uint32)
+    x = (lo * np.uint32(2654435761)) ^ (hi * np.uint32(0x85EBCA6B)) ^ np.uint32(seed)
+    x ^= x >> np.uint32(16)
+    x *= np.uint32(0x7FEB352D)
+    x ^= x >> np.uint32(15)
+    x *= np.uint32(0x846CA68B)
+    x ^= x >> np.uint32(16)
+    return x
+
+
+def _coherence_check_write(fake: FakeDriver, launch: Launch) -> None:
+    n = launch.value(1, np.uint64)
+    expect_seed, new_seed = launch.value(2, np.uint32), launch.value(3, np.uint32)
+    check = launch.value(4, np.int32)
+    buf = fake.view(launch.ptr(0), np.uint32, n)
+    result = fake.view(launch.ptr(5), np.uint64, 2)
+    if check:
+        bad = np.flatnonzero(buf != _pattern(n, expect_seed))
+        if bad.size:
+            result[0] += np.uint64(bad.size)
+            result[1] = min(int(result[1]), int(bad[0]))
+    buf[:] = _pattern(n, new_seed)
+
+
+def _block_stream(fake: FakeDriver, launch: Launch) -> None:
+    fake.view(launch.ptr(0), np.int32, 1)  # the flag must be mapped; the host releases it, nothing to spin on
+
+
+BUNDLED_EMULATORS: dict[str, Callable[[FakeDriver, Launch], None]] = {
+    "stream_fill": _stream_fill,
+    "stream_write": _stream_write,
+    "stream_copy": _stream_copy,
+    "stream_read": _stream_read,
+    "coherence_check_write": _coherence_check_write,
+    "jetmem_block_stream": _block_stream,
+}
+
+
+# -- installing it in another pytest run ---------------------------------------------------------------
+TESTS_DIR = Path(__file__).resolve().parent.parent
+
+
+def conftest_source(profile: str = "orin", **kwargs: Any) -> str:
+    """A conftest.py that installs ``FakeDriver(profile, **kwargs)`` as the backend when pytest loads it.
+
+    For ``pytester.runpytest_subprocess`` (in-process runs can share a fake made by the outer test);
+    the conftest exposes it as ``FAKE``. ``kwargs`` must be literals (their ``repr`` is written).
+    """
+    args = ", ".join([repr(profile), *(f"{k}={v!r}" for k, v in kwargs.items())])
+    return textwrap.dedent(
+        f"""\
+        import sys
+
+        if {str(TESTS_DIR)!r} not in sys.path:
+            sys.path.insert(0, {str(TESTS_DIR)!r})
+
+        from fakes.fake_driver import FakeDriver
+        from pytest_jetmem import driver
+
+        FAKE = FakeDriver({args})
+        driver.install(FAKE)
+        """
+    )
+
+
+__all__ = [
+    "API_CALLS",
+    "PROFILES",
+    "Call",
+    "FakeAllocation",
+    "FakeDriver",
+    "FakeFault",
+    "FakeHandle",
+    "Launch",
+    "Profile",
+    "conftest_source",
+    "elf_sections",
+    "error_code",
+    "param_sizes",
+]
