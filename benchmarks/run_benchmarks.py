@@ -23,14 +23,27 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 BENCH = HERE / "bench_conv.py"
-PYTEST = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly"]
+# Only our plugins: the GPU image autoloads a dozen others, which would dominate session start-up.
+PYTEST = [
+    sys.executable,
+    "-m",
+    "pytest",
+    "-q",
+    "-p",
+    "no:cacheprovider",
+    "-p",
+    "pytest_jetmem.plugin",
+    "-p",
+    "pytest_jetmem.plugin_runtime",
+]
+QUIET_ENV = {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
 
 
 def session(args: list[str], extra_pct: float = 0.0, env: dict | None = None) -> tuple[list[dict], float, str]:
     """One pytest session over bench_conv.py; returns its benchmark rows, wall seconds and output."""
     with tempfile.TemporaryDirectory() as tmp:
         bj = Path(tmp) / "b.json"
-        e = {**os.environ, "JETMEM_EXTRA_PCT": str(extra_pct), **(env or {})}
+        e = {**os.environ, **QUIET_ENV, "JETMEM_EXTRA_PCT": str(extra_pct), **(env or {})}
         t0 = time.perf_counter()
         proc = subprocess.run(
             [*PYTEST, str(BENCH), f"--jetmem-benchmark-json={bj}", *args],
@@ -44,16 +57,21 @@ def session(args: list[str], extra_pct: float = 0.0, env: dict | None = None) ->
     return rows, wall, proc.stdout + proc.stderr
 
 
-def phase_gate(out: dict, n: int, bdir: str, pcts: list[float]) -> None:
+def phase_gate(out: dict, n: int, bdir: str, pcts: list[float], save_sessions: int, save_runs: int, runs: int) -> None:
     from pytest_benchmark.stats import Stats
     from pytest_benchmark.utils import parse_compare_fail
 
     pb_check = parse_compare_fail("median:5%")
     common = [f"--jetmem-baseline-dir={bdir}", "--jetmem-fail=5"]
-    rows, _, log = session([*common, "--jetmem-save=gate", "--jetmem-overwrite"])
-    if not rows:
-        raise SystemExit(f"saving the baseline failed:\n{log[-3000:]}")
-    base = {r["param"]: r["stats"] for r in rows}
+    base: dict[str, dict] = {}
+    for i in range(save_sessions):
+        flag = "--jetmem-overwrite" if i == 0 else "--jetmem-append"
+        rows, _, log = session([*common, "--jetmem-save=gate", flag, f"--jetmem-runs={save_runs}"])
+        if not rows:
+            raise SystemExit(f"saving the baseline failed:\n{log[-3000:]}")
+        for r in rows:  # pytest-benchmark's view of the baseline: all saved samples pooled
+            base.setdefault(r["param"], {"data": []})["data"].extend(r["stats"]["data"])
+    common.append(f"--jetmem-runs={runs}")
     results: dict[str, dict] = {}
     for pct in [0.0, *pcts]:
         per_mode: dict[str, dict] = {}
@@ -74,7 +92,14 @@ def phase_gate(out: dict, n: int, bdir: str, pcts: list[float]) -> None:
                 m["changes"].append(round(r["extra_info"]["baseline_change_pct"], 2))
         results[f"{pct:g}%"] = per_mode
         print(f"injected {pct:g}%:", {k: (v["jetmem"], v["pytest_benchmark"]) for k, v in per_mode.items()}, flush=True)
-    out["gate"] = {"sessions": n, "threshold_pct": 5, "results": results}
+    out["gate"] = {
+        "sessions": n,
+        "threshold_pct": 5,
+        "baseline_sessions": save_sessions,
+        "baseline_runs_per_session": save_runs,
+        "runs_per_session": runs,
+        "results": results,
+    }
 
 
 def phase_overhead(out: dict, bdir: str) -> None:
@@ -162,7 +187,9 @@ def write_markdown(out: dict, path: Path) -> None:
     if "gate" in out:
         g = out["gate"]
         lines += [
-            f"## Regression gate: {g['sessions']} sessions per case, 5% threshold",
+            f"## Regression gate: {g['sessions']} sessions per case, 5% threshold; baseline from "
+            f"{g['baseline_sessions']} session(s) x {g['baseline_runs_per_session']} run(s), "
+            f"{g['runs_per_session']} run(s) per compared session",
             "",
             "| injected | mode | pytest-jetmem calls | pytest-benchmark median:5% calls | median change % (min..max) |",
             "|---|---|---|---|---|",
@@ -217,6 +244,10 @@ def main() -> None:
     ap.add_argument("--phase", action="append", choices=["gate", "overhead", "seed001"])
     ap.add_argument("--sessions", type=int, default=20)
     ap.add_argument("--pcts", default="2,5,10")
+    ap.add_argument("--save-sessions", type=int, default=1, help="sessions the baseline is saved from")
+    ap.add_argument("--save-runs", type=int, default=1, help="--jetmem-runs when saving")
+    ap.add_argument("--runs", type=int, default=1, help="--jetmem-runs when comparing")
+    ap.add_argument("--tag", default="")
     ap.add_argument("--out", default=os.environ.get("OUT", "bench-out"))
     a = ap.parse_args()
     phases = a.phase or ["gate", "overhead", "seed001"]
@@ -228,12 +259,14 @@ def main() -> None:
     out: dict = {"device": name, "date": time.strftime("%Y-%m-%d"), "phases": phases}
     with tempfile.TemporaryDirectory() as bdir:
         if "gate" in phases:
-            phase_gate(out, a.sessions, bdir, [float(p) for p in a.pcts.split(",") if p])
+            phase_gate(
+                out, a.sessions, bdir, [float(p) for p in a.pcts.split(",") if p], a.save_sessions, a.save_runs, a.runs
+            )
         if "overhead" in phases:
             phase_overhead(out, bdir)
     if "seed001" in phases:
         phase_seed001(out)
-    tag = "-".join(phases)
+    tag = "-".join(phases) + (f"-{a.tag}" if a.tag else "")
     (outdir / f"bench-{tag}.json").write_text(json.dumps(out, indent=1))
     write_markdown(out, outdir / f"bench-{tag}.md")
     print((outdir / f"bench-{tag}.md").read_text())
