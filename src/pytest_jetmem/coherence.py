@@ -26,6 +26,7 @@ import numpy as np
 
 from . import driver
 from . import kernels as bundled
+from .attach import attach
 from .kernels.reference import coherence_pattern
 
 if TYPE_CHECKING:
@@ -181,10 +182,18 @@ def describe_mismatch(
     )
 
 
-def first_mismatch(got: np.ndarray, expected: np.ndarray) -> tuple[int, int | None]:
-    """(mismatch count, position of the first one or None) of two equally long word arrays."""
+def first_mismatch(got: np.ndarray, expected: np.ndarray, indices: range | None = None) -> tuple[int, int | None]:
+    """(mismatch count, position of the first one or None) of two equally long word arrays.
+
+    With ``indices`` (the word index of each position), the first is the one at the lowest word index
+    (what the probe kernel reports), whatever the slice's direction.
+    """
     bad = np.flatnonzero(np.asarray(got).ravel() != np.asarray(expected).ravel())
-    return int(bad.size), (int(bad[0]) if bad.size else None)
+    if not bad.size:
+        return 0, None
+    if indices is not None and indices.step < 0:
+        return int(bad.size), int(bad[-1])
+    return int(bad.size), int(bad[0])
 
 
 def _indices(n: int, sl: slice) -> range:
@@ -281,7 +290,7 @@ def cpu_check(jm: Jetmem, buf: Buffer, expect_seed: int, sl: slice = slice(None)
     rng = _indices(n, sl)
     got = cpu_read(jm, buf, sl)
     want = pattern(word_dtype(buf.dtype), n, expect_seed, sl)
-    count, pos = first_mismatch(got, want)
+    count, pos = first_mismatch(got, want, rng)
     if pos is None:
         return Check(0, None, checked=len(rng))
     return Check(count, rng[pos], int(got[pos]), int(want[pos]), len(rng))
@@ -304,7 +313,11 @@ class PendingProbe:
         """Wait for the probe (synchronises jetmem's stream) and return what it found."""
         if self._done is not None:
             return self._done
-        if self.result_buf is None or self.expect_seed is None:
+        if self.result_buf is None or self.expect_seed is None:  # nothing checked: just wait for the writes
+            if self.result_buf is not None:
+                self.jm.synchronize()
+                if self.owns_result:
+                    self.result_buf.free()
             self._done = Check(0, None, checked=self.checked if self.expect_seed is not None else 0)
             return self._done
         counts = self.result_buf.to_numpy()
@@ -427,7 +440,7 @@ class GpuTouch(NamedTuple):
 def prepare(jm: Jetmem, buf: Buffer) -> None:
     """Put a buffer in a state every probe may use: managed memory attached globally again."""
     if buf.mode == "managed" and buf.nbytes:
-        jm._drv.stream_attach_mem_async(jm.stream, buf.ptr, driver.MEM_ATTACH_GLOBAL)
+        attach(jm, buf, driver.MEM_ATTACH_GLOBAL, wait=False)
 
 
 def check_round_trips(

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from . import attach
 from . import kernels as bundled
 from .buffer import Buffer
 from .compiler import CompiledKernel, KernelCache, compile_kernel
@@ -18,6 +19,7 @@ from .errors import AllocationRefused, CudaError
 from .launch import Kernel, parse_signature
 from .modes import MemoryMode, get_mode, host_available_bytes
 from .stats import StoppingRule
+from .strict import TegraStrict
 from .timing import MeasureCall, Measurement, measure
 
 
@@ -142,6 +144,7 @@ class Jetmem:
         self.measurements: list[Measurement] = []  # every jetmem.measure() result, in call order
         self.measure_calls: list[MeasureCall] = []
         self.stopping_rule = runtime.stopping_rule
+        self._strict: TegraStrict | None = None  # set by --jetmem-tegra-strict
 
     # -- facts -------------------------------------------------------------------------------------
     @property
@@ -242,11 +245,50 @@ class Jetmem:
     def _function(self, compiled: CompiledKernel) -> Any:
         return self._rt.function(compiled)
 
-    def _before_launch(self) -> None:
-        """Hook for launch bookkeeping (Tegra-strict mode tracks in-flight work here)."""
+    def _before_launch(self, stream: Any = None) -> None:
+        """Launch bookkeeping: Tegra-strict mode records the stream as busy."""
+        if self._strict is not None:
+            self._strict.launched(stream)
 
     def _check_host_access(self, buf: Buffer) -> None:
-        """Hook called before host access through a buffer's API."""
+        """Called before host access through a buffer's API (Tegra-strict mode may refuse it)."""
+        if self._strict is not None:
+            self._strict.check_host_access(buf)
+
+    # -- coherence helpers (the bundled probe kernel; see pytest_jetmem.coherence) ---------------------
+    def cpu_touch(self, buf: Buffer, pattern_seed: int | None = None, sl: slice = slice(None)) -> int:
+        """Write a known pattern into ``buf[sl]`` from the host, as the mode requires; returns its seed."""
+        from . import coherence
+
+        return coherence.cpu_touch(self, buf, pattern_seed, sl)
+
+    def gpu_touch(
+        self,
+        buf: Buffer,
+        expect_seed: int | None = None,
+        new_seed: int | None = None,
+        sl: slice = slice(None),
+        *,
+        write: bool = True,
+        delay_us: int = 0,
+    ) -> Any:
+        """Check ``buf[sl]`` against a pattern and write a new one from a kernel; returns the mismatches."""
+        from . import coherence
+
+        return coherence.gpu_touch(self, buf, expect_seed, new_seed, sl, write=write, delay_us=delay_us)
+
+    # -- managed-memory attachment (cuStreamAttachMemAsync) ----------------------------------------
+    def attach_host(self, buf: Buffer, *, wait: bool = True) -> None:
+        """Attach a managed buffer to the host: the CPU may touch it while kernels run (Jetson's rule)."""
+        attach.attach_host(self, buf, wait=wait)
+
+    def attach_global(self, buf: Buffer, *, wait: bool = True) -> None:
+        """Attach a managed buffer globally (visible to every stream; the default)."""
+        attach.attach_global(self, buf, wait=wait)
+
+    def attach_single(self, buf: Buffer, stream: Any = None, *, wait: bool = True) -> None:
+        """Attach a managed buffer to one stream (jetmem's by default)."""
+        attach.attach_single(self, buf, stream, wait=wait)
 
     def copy(self, dst: Buffer, src: Buffer) -> None:
         """Queue a device-side copy of ``src`` into ``dst`` (cuMemcpyDtoDAsync; any modes)."""
@@ -320,6 +362,8 @@ class Jetmem:
     def synchronize(self) -> None:
         """Wait for all work queued on jetmem's stream."""
         self._rt.device.synchronize()
+        if self._strict is not None:
+            self._strict.synchronized(self.stream)
 
     # -- teardown ----------------------------------------------------------------------------------
     def close(self) -> list[str]:

@@ -206,13 +206,7 @@ class Kernel:
         g, b = _dim3(grid, f"kernel {self.name!r} grid"), _dim3(block, f"kernel {self.name!r} block")
         holders, addresses = pack_args(self.name, args, self.params)
         func = self._owner._function(self.compiled)
-        self._owner._before_launch()
-        self._owner._drv.launch_kernel(
-            func,
-            g,
-            b,
-            shared_mem,
-            stream if stream is not None else self._owner.stream,
-            addresses.ctypes.data,
-        )
+        target = stream if stream is not None else self._owner.stream
+        self._owner._before_launch(target)
+        self._owner._drv.launch_kernel(func, g, b, shared_mem, target, addresses.ctypes.data)
         del holders

@@ -16,6 +16,9 @@ from .handle import Jetmem, Runtime
 from .modes import DEFAULT_MODES, MODES, get_mode, parse_mode_list
 from .stats import StoppingRule
 
+# The other halves of the plugin load with this one (one entry point; ``-p`` on any of them stays harmless).
+pytest_plugins = ["pytest_jetmem.plugin_runtime", "pytest_jetmem.plugin_coherence", "pytest_jetmem.plugin_concurrency"]
+
 MARKER = "memmode"
 PARAM = "memmode"
 _STATE = pytest.StashKey["State"]()

@@ -87,7 +87,8 @@ class Attachment:
     def describe(self) -> str:
         if self.flags == MEM_ATTACH_SINGLE:
             return f"attached to stream 0x{self.stream:x} (CU_MEM_ATTACH_SINGLE)"
-        return f"attached {'globally' if self.flags == MEM_ATTACH_GLOBAL else 'to the host'} (CU_MEM_ATTACH_{self.name.upper()})"
+        how = "globally" if self.flags == MEM_ATTACH_GLOBAL else "to the host"
+        return f"attached {how} (CU_MEM_ATTACH_{self.name.upper()})"
 
     def blocking(self, busy: Iterable[int]) -> set[int]:
         """The busy streams that forbid a CPU access under this attachment."""

@@ -379,7 +379,7 @@ class RecordingOwner:
         self.loaded.append(compiled.symbol)
         return f"func:{compiled.symbol}"
 
-    def _before_launch(self) -> None:
+    def _before_launch(self, stream: object = None) -> None:
         self.before += 1
 
 
