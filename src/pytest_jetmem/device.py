@@ -82,10 +82,14 @@ def select_ordinal(device_count: int, env: dict[str, str] | None = None) -> int:
     """
     env = dict(os.environ) if env is None else env
     if env.get("JETMEM_DEVICE", "").strip():
+        raw = env["JETMEM_DEVICE"]
         try:
-            return int(env["JETMEM_DEVICE"])
+            ordinal = int(raw)
         except ValueError:
-            raise CudaUnavailable(f"JETMEM_DEVICE={env['JETMEM_DEVICE']!r}: expected a device ordinal") from None
+            ordinal = -1
+        if ordinal < 0:
+            raise CudaUnavailable(f"JETMEM_DEVICE={raw!r}: expected a device ordinal >= 0")
+        return ordinal
     worker = env.get("PYTEST_XDIST_WORKER", "")
     if worker.startswith("gw") and worker[2:].isdigit() and device_count > 0:
         return int(worker[2:]) % device_count

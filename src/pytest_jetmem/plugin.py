@@ -17,7 +17,12 @@ from .modes import DEFAULT_MODES, MODES, get_mode, parse_mode_list
 from .stats import StoppingRule
 
 # The other halves of the plugin load with this one (one entry point; ``-p`` on any of them stays harmless).
-pytest_plugins = ["pytest_jetmem.plugin_runtime", "pytest_jetmem.plugin_coherence", "pytest_jetmem.plugin_concurrency"]
+pytest_plugins = [
+    "pytest_jetmem.plugin_runtime",
+    "pytest_jetmem.plugin_coherence",
+    "pytest_jetmem.plugin_concurrency",
+    "pytest_jetmem.plugin_report",
+]
 
 MARKER = "memmode"
 PARAM = "memmode"
@@ -130,10 +135,13 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     marker = metafunc.definition.get_closest_marker(MARKER)
     if marker is None:
         return
+    error = None
     try:
         modes = marker_modes(marker, metafunc.definition.nodeid)
     except ValueError as exc:
-        pytest.fail(str(exc), pytrace=False)
+        error = str(exc)
+    if error is not None:
+        pytest.fail(error, pytrace=False)
     if PARAM not in metafunc.fixturenames:
         metafunc.fixturenames.append(PARAM)
     metafunc.parametrize(PARAM, modes, ids=list(modes), indirect=True)

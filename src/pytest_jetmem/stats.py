@@ -330,9 +330,10 @@ def run_ratio_test(
         p = 1.0 if d == 0 else 0.0
         r = math.exp(d)
         return r, r, r, p
-    df_b = nb - 1 if nb > 1 else nc - 1
-    df_c = nc - 1 if nc > 1 else nb - 1
-    df = se2**2 / ((vb / nb) ** 2 / df_b + (vc / nc) ** 2 / df_c)
+    if nb == 1 or nc == 1:  # one variance estimate serves both sides: the prediction interval's t_{n-1}
+        df = float(max(nb, nc) - 1)
+    else:
+        df = se2**2 / ((vb / nb) ** 2 / (nb - 1) + (vc / nc) ** 2 / (nc - 1))
     se = math.sqrt(se2)
     p = student_t_sf2(d / se, df)
     half = student_t_ppf(0.5 + confidence / 2.0, df) * se

@@ -26,6 +26,10 @@ What it models, and checks the way the driver would:
   others are no-ops unless an emulator is registered (``fake.emulators[name] = fn``). A kernel that
   touches memory outside every live allocation faults with CUDA_ERROR_ILLEGAL_ADDRESS (sticky).
 - Timing: each stream has a virtual clock that a launch advances by ``kernel_ms``; events read it.
+  ``kind_ms`` gives launches whose pointer arguments reach memory of a kind (``device``, ``managed``,
+  ``host``) their own cost, the largest of the kinds they touch: e.g. ``kind_ms={"host": 0.05}`` makes
+  kernels on zero-copy memory five times slower than ``kernel_ms=0.01``. The cost a launch took is kept
+  in ``launch_costs`` (one per ``launches`` entry).
 - Profiles: ``orin`` (Jetson AGX Orin: INTEGRATED=1, CONCURRENT_MANAGED_ACCESS=0), ``dgpu``,
   ``orin_no_map_host`` (CAN_MAP_HOST_MEMORY=0), ``orin_no_managed`` (MANAGED_MEMORY=0), and the
   unavailable machines ``no_driver``, ``no_device``, ``no_nvrtc``.
@@ -262,6 +266,7 @@ class FakeAllocation:
     storage: np.ndarray = field(repr=False)
     valid: bool = True  # False once its context is gone
     attach: int = 0  # managed: the MEM_ATTACH_* flag it is attached with
+    serial: int = 0  # order of allocation within the fake
 
     def contains(self, ptr: int, nbytes: int) -> bool:
         return self.ptr <= ptr and ptr + nbytes <= self.ptr + self.nbytes
@@ -362,6 +367,7 @@ class FakeDriver:
         devices: int = 1,
         has_nvrtc: bool = True,
         kernel_ms: float | Callable[[Launch], float] = 0.01,
+        kind_ms: dict[str, float] | None = None,
         backing_limit: int = 256 << 20,
         poison: int = 0xA5,
     ) -> None:
@@ -388,6 +394,10 @@ class FakeDriver:
         self.devices = devices
         self.has_nvrtc = has_nvrtc
         self.kernel_ms = kernel_ms
+        unknown_kinds = sorted(set(kind_ms or {}) - {"device", "managed", "host"})
+        if unknown_kinds:
+            raise ValueError(f"kind_ms: unknown allocation kind(s) {unknown_kinds}; expected device, managed, host")
+        self.kind_ms: dict[str, float] = dict(kind_ms or {})
         self.backing_limit = backing_limit
         self.poison = poison
 
@@ -396,6 +406,7 @@ class FakeDriver:
         self.freed: list[FakeAllocation] = []
         self.reclaimed: list[FakeAllocation] = []
         self.launches: list[Launch] = []
+        self.launch_costs: list[float] = []  # virtual ms each launch advanced its stream's clock by
         self.compiles: list[tuple[str, tuple[str, ...]]] = []
         self.prefetches: list[tuple[int, int, int]] = []
         self.advice: list[tuple[int, int, str, int]] = []
@@ -406,6 +417,7 @@ class FakeDriver:
         self.resets = 0
         self.initialized = False
         self._ids = itertools.count(0x1000)
+        self._serial = 0
         self._contexts: dict[int, _Context] = {}
         self._current: FakeHandle | None = None
         self._handles: dict[str, dict[int, FakeHandle]] = {k: {} for k in ("stream", "event", "module", "function")}
@@ -447,6 +459,21 @@ class FakeDriver:
         if retained:
             out["primary contexts retained"] = retained
         return out
+
+    def launch_kinds(self, launch: Launch) -> set[str]:
+        """The kinds of the live allocations that the launch's 8-byte arguments point into."""
+        kinds = set()
+        for raw in launch.args or ():
+            if len(raw) == 8:
+                alloc = self._device_allocation(int.from_bytes(raw, "little"), 1)
+                if alloc is not None:
+                    kinds.add(alloc.kind)
+        return kinds
+
+    def allocations(self, kind: str | None = None) -> list[FakeAllocation]:
+        """Every allocation made (live, freed, reclaimed), oldest first; only those of ``kind`` if given."""
+        every = sorted([*self.live.values(), *self.freed, *self.reclaimed], key=lambda a: a.serial)
+        return [a for a in every if kind is None or a.kind == kind]
 
     def view(self, ptr: int, dtype: Any, count: int) -> np.ndarray:
         """``count`` items of ``dtype`` at device address ``ptr`` (for emulators); FakeFault if not mapped."""
@@ -568,7 +595,10 @@ class FakeDriver:
         storage.fill(self.poison)
         ptr = storage.ctypes.data
         attach = jdriver.MEM_ATTACH_GLOBAL if kind == "managed" else 0
-        self.live[ptr] = FakeAllocation(kind, ptr, nbytes, flags, ctx.ordinal, storage, attach=attach)
+        self._serial += 1
+        self.live[ptr] = FakeAllocation(
+            kind, ptr, nbytes, flags, ctx.ordinal, storage, attach=attach, serial=self._serial
+        )
         return ptr
 
     def _free_allocation(self, call: str, ptr: Any, kinds: tuple[str, ...]) -> None:
@@ -968,8 +998,12 @@ class FakeDriver:
                 emulate(self, launch)
             except FakeFault as fault:  # found at the next synchronisation on a real device; sticky now
                 self._go_sticky(fault.error)
-        cost = self.kernel_ms(launch) if callable(self.kernel_ms) else self.kernel_ms
-        self._clock[s] += float(cost)
+        cost = float(self.kernel_ms(launch) if callable(self.kernel_ms) else self.kernel_ms)
+        kinds = self.launch_kinds(launch) & set(self.kind_ms)
+        if kinds:
+            cost = max(self.kind_ms[k] for k in kinds)
+        self.launch_costs.append(cost)
+        self._clock[s] += cost
 
     # -- NVRTC (real: it needs no GPU) --------------------------------------------------------------
     def nvrtc_version(self) -> tuple[int, int]:

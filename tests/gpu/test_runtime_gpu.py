@@ -131,9 +131,7 @@ def test_end_to_end_scope_counts_the_transfers(jetmem, memmode):
     e2e = jetmem.measure(run, label="conv3", scope="end_to_end", inputs=[(img, host_img)], outputs=[out])
     assert e2e.scope == "end_to_end" and len(e2e.samples) >= 10
     assert e2e.median > kern.median  # wall time of write + kernel + read exceeds the kernel alone
-    np.testing.assert_allclose(
-        out.to_numpy(), reference.conv2d_replicate(host_img, k.to_numpy()), rtol=1e-4, atol=1e-4
-    )
+    np.testing.assert_allclose(out.to_numpy(), reference.conv2d_replicate(host_img, k.to_numpy()), rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.memmode("device")

@@ -1,4 +1,4 @@
-"""Helpers the demo tests share: loading a kernel before timing, and a sample count that fits a budget."""
+"""Helpers the demo tests share: loading a kernel before timing, and checking outputs."""
 
 from __future__ import annotations
 
@@ -8,26 +8,25 @@ from typing import Any
 import numpy as np
 
 POISON = 0xFF  # every float byte 0xFF is a NaN: an output element the kernel skipped cannot pass
-BUDGET_MS = 300.0  # GPU time per mode and scenario: enough samples for a median, a few seconds in all
-MIN_REPEATS, MAX_REPEATS = 5, 30
-WARMUP = 2
 
 
-def repeats_for(first_ms: float, budget_ms: float = BUDGET_MS) -> int:
-    """How many timed runs fit ``budget_ms`` when one takes about ``first_ms`` (5 to 30)."""
-    if not np.isfinite(first_ms) or first_ms <= 0:
-        return MAX_REPEATS
-    return int(min(MAX_REPEATS, max(MIN_REPEATS, budget_ms // first_ms)))
+def preload(jetmem: Any, launch: Callable[..., None], *specs: Any) -> None:
+    """Compile and load a kernel by one launch on small ``device`` buffers, then free them.
 
-
-def preload(jetmem: Any, launch: Callable[..., None], *shapes: tuple[int, ...]) -> None:
-    """Compile and load a bundled kernel by one launch on small ``device`` buffers of ``shapes``.
-
-    NVRTC compilation and the module load then happen before any timing, and the test's own
-    buffers stay untouched by the GPU until their first timed call (what "first call" reports).
+    ``specs`` are shapes (float32 buffers) or ``(shape, dtype)`` pairs. NVRTC compilation and the module
+    load then happen before any timing, and the test's own buffers stay untouched by the GPU until their
+    first timed call: the "first call" the tables report is the GPU's first touch of the data.
     """
-    bufs = [jetmem.zeros(shape, np.float32, mode="device") for shape in shapes]
+    bufs = []
+    for spec in specs:
+        shape, dtype = (spec[0], spec[1]) if len(spec) == 2 and not isinstance(spec[1], int) else (spec, np.float32)
+        bufs.append(jetmem.zeros(shape, dtype, mode="device"))
     launch(jetmem, *bufs)
     jetmem.synchronize()
     for buf in bufs:
         buf.free()
+
+
+def check_close(got: np.ndarray, want: np.ndarray, rtol: float, atol: float, what: str) -> None:
+    """``np.testing.assert_allclose`` with a message naming what was checked."""
+    np.testing.assert_allclose(got, want, rtol=rtol, atol=atol, err_msg=what)
