@@ -8,6 +8,7 @@ on a noisy machine, under ``-k`` selecting one mode, and when xdist puts the mod
 
 from __future__ import annotations
 
+import os
 import uuid
 import warnings
 from collections.abc import Iterator
@@ -230,13 +231,18 @@ class _XdistHooks:
                 self.state.errors.append(err)
 
 
+def _sysroot() -> str:
+    """Where the Jetson files are read from: ``/``, or ``$JETMEM_SYSROOT`` (recorded trees in tests)."""
+    return os.environ.get("JETMEM_SYSROOT") or "/"
+
+
 def _rt(config: pytest.Config) -> RuntimeState:
     return config.stash[_RUNTIME]
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
     state = _rt(session.config)
-    state.jetson_before = read_jetson_state()
+    state.jetson_before = read_jetson_state(_sysroot())
     if state.compare_name is not None:
         try:  # a corrupt or foreign baseline stops the session before any test runs; the file is untouched
             state.store.load(state.compare_name)
@@ -586,7 +592,7 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
             tr.write_line(f"jetmem: saved baseline {state.save!r} in {state.store.directory}")
         if state.baseline_skip_reason:
             tr.write_line(f"jetmem: {state.baseline_skip_reason}", yellow=True)
-        after = read_jetson_state()
+        after = read_jetson_state(_sysroot())
         if state.jetson_before is not None and state.jetson_before.is_jetson:
             for w in timing_warnings(state.jetson_before, after):
                 tr.write_line(f"jetmem: warning: {w}", yellow=True)
