@@ -328,14 +328,15 @@ def _verdict_class(verdict: str) -> str:
 
 
 # -- charts: our own SVG -------------------------------------------------------------------------------
-def _nice_max(v: float) -> float:
-    if not v > 0 or not math.isfinite(v):
-        return 1.0
-    exp = 10 ** math.floor(math.log10(v))
-    for step in (1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 10):
-        if step * exp >= v:
-            return step * exp
-    return 10 * exp
+def _ticks(top: float) -> list[float]:
+    """Round tick values from 0 to at least ``top``: a step of 1, 2, 2.5 or 5 times a power of ten, 3 to 6 ticks."""
+    if not top > 0 or not math.isfinite(top):
+        return [0.0, 0.25, 0.5, 0.75, 1.0]
+    raw = top / 4
+    exp = 10 ** math.floor(math.log10(raw))
+    step = next(m * exp for m in (1, 2, 2.5, 5, 10) if m * exp >= raw)
+    n = math.ceil(top / step - 1e-9)
+    return [round(step * i, 12) for i in range(n + 1)]
 
 
 def _trim(text: str, n: int) -> str:
@@ -347,15 +348,15 @@ def _svg_bars(group: Group, key: str, x0: float, y0: float, w: float, h: float) 
     modes = [m for m in group.modes if group.row(key, m) is not None]
     rows = [group.row(key, m) for m in modes]
     top = max((max(r.get("p95") or 0, r.get("median") or 0) for r in rows if r), default=0.0)  # type: ignore[union-attr]
-    ymax = _nice_max(top * 1.08)
+    ticks = _ticks(top * 1.08)
+    ymax = ticks[-1]
     left, bottom, right, title_h = 52.0, 34.0, 8.0, 22.0
     px0, py0, pw, ph = x0 + left, y0 + title_h, w - left - right, h - title_h - bottom
     out = [f'<text x="{x0 + w / 2:.1f}" y="{y0 + 15:.1f}" class="pt" text-anchor="middle">{_e(_trim(key, 48))}</text>']
-    for i in range(5):
-        v = ymax * i / 4
-        y = py0 + ph - ph * i / 4
+    for v in ticks:
+        y = py0 + ph - ph * v / ymax
         out.append(f'<line x1="{px0:.1f}" y1="{y:.1f}" x2="{px0 + pw:.1f}" y2="{y:.1f}" class="grid"/>')
-        out.append(f'<text x="{px0 - 4:.1f}" y="{y + 3.5:.1f}" class="tick" text-anchor="end">{_ms(v, 3)}</text>')
+        out.append(f'<text x="{px0 - 4:.1f}" y="{y + 3.5:.1f}" class="tick" text-anchor="end">{v:g}</text>')
     out.append(
         f'<text x="{x0 + 11:.1f}" y="{py0 + ph / 2:.1f}" class="tick" text-anchor="middle" '
         f'transform="rotate(-90 {x0 + 11:.1f} {py0 + ph / 2:.1f})">ms</text>'
@@ -403,23 +404,23 @@ def _svg_trend(group: Group, key: str, trends: Trends, x0: float, y0: float, w: 
             if p.label not in labels:
                 labels.append(p.label)
     top = max((p.median for pts in series.values() for p in pts), default=0.0)
-    ymax = _nice_max(top * 1.08)
+    ticks = _ticks(top * 1.08)
+    ymax = ticks[-1]
     left, bottom, right, title_h = 52.0, 34.0, 8.0, 22.0
     px0, py0, pw, ph = x0 + left, y0 + title_h, w - left - right, h - title_h - bottom
     out = [
         f'<text x="{x0 + w / 2:.1f}" y="{y0 + 15:.1f}" class="pt" text-anchor="middle">'
         f"{_e(_trim(key, 36))}: median per baseline</text>"
     ]
-    for i in range(5):
-        v = ymax * i / 4
-        y = py0 + ph - ph * i / 4
+    for v in ticks:
+        y = py0 + ph - ph * v / ymax
         out.append(f'<line x1="{px0:.1f}" y1="{y:.1f}" x2="{px0 + pw:.1f}" y2="{y:.1f}" class="grid"/>')
-        out.append(f'<text x="{px0 - 4:.1f}" y="{y + 3.5:.1f}" class="tick" text-anchor="end">{_ms(v, 3)}</text>')
+        out.append(f'<text x="{px0 - 4:.1f}" y="{y + 3.5:.1f}" class="tick" text-anchor="end">{v:g}</text>')
     step = pw / max(len(labels), 1)
     xs = {lab: px0 + step * (i + 0.5) for i, lab in enumerate(labels)}
     for lab, x in xs.items():
         out.append(
-            f'<text x="{x:.1f}" y="{py0 + ph + 15:.1f}" class="tick" text-anchor="middle">{_e(_trim(lab, 16))}</text>'
+            f'<text x="{x:.1f}" y="{py0 + ph + 15:.1f}" class="tick" text-anchor="middle">{_e(_trim(lab, 20))}</text>'
         )
     for mode, pts in series.items():
         color = _color(mode, group.modes)
@@ -535,7 +536,7 @@ def _mpl_chart(group: Group, trends: Trends) -> str:
                         color=_color(m, group.modes),
                         label=m,
                     )
-            ax.set_xticks(range(len(labels)), [_trim(lab, 14) for lab in labels], fontsize=7, rotation=20)
+            ax.set_xticks(range(len(labels)), [_trim(lab, 20) for lab in labels], fontsize=7, rotation=20)
             ax.set_title(f"{_trim(key, 30)}: median per baseline", fontsize=9)
             ax.set_ylabel("ms", fontsize=8)
             ax.tick_params(axis="y", labelsize=8)
@@ -555,12 +556,13 @@ body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:
 h1{font-size:22px;margin:0 0 4px}h2{font-size:18px;margin:28px 0 8px}h3{font-size:15px;margin:22px 0 6px;
 word-break:break-all}
 .meta{color:#555;margin:0 0 12px}.note{background:#fff8e1;border-left:4px solid #f0b400;padding:6px 10px;margin:8px 0}
-table{border-collapse:collapse;margin:6px 0}th,td{border:1px solid #d7d7d7;padding:3px 7px;text-align:left;
-vertical-align:top}th{background:#f2f4f7;cursor:pointer;user-select:none;white-space:nowrap}
+table{border-collapse:collapse;margin:6px 0;font-size:13px}
+th,td{border:1px solid #d7d7d7;padding:3px 6px;text-align:left;vertical-align:top}
+th{background:#f2f4f7;cursor:pointer;user-select:none;white-space:nowrap}
 td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
-td.test{max-width:36em;overflow-wrap:anywhere}td.nw{white-space:nowrap}
+td.test{white-space:nowrap}.wide{overflow-x:auto}td.nw{white-space:nowrap}
 .caption{color:#555;font-size:12px;margin:2px 0 0}tr:nth-child(even) td{background:#fafbfc}
-.ok{color:#17692b;font-weight:600}.fail{color:#b00020;font-weight:700}.info{color:#555}
+.ok{color:#17692b;font-weight:600}.worse{color:#b35900;font-weight:600}.better{color:#17692b}.fail{color:#b00020;font-weight:700}.info{color:#555}
 .mode{display:inline-block;width:10px;height:10px;border-radius:2px;margin-right:5px}
 .chart{max-width:100%;height:auto;border:1px solid #eee;background:#fff}
 .machine td:first-child{color:#555}.footnote{color:#555;font-size:12px}
@@ -591,16 +593,27 @@ _COLUMNS = (
     "MAD ms",
     "p5..p95 ms",
     "n",
-    "ratio to reference",
+    "ratio to ref.",
     "first call ms",
     "vs baseline",
     "verdict",
 )
 
 
-def _num_td(text: str, value: float | None) -> str:
+def _item_name(nodeid: str) -> str:
+    """The item's name without its file (``t.py::C::test_a[x]`` -> ``C::test_a[x]``): the file is in the tooltip."""
+    parts = str(nodeid).split("::")
+    return "::".join(parts[1:]) if len(parts) > 1 else str(nodeid)
+
+
+def _num_td(text: str, value: float | None, extra_class: str = "") -> str:
     v = f' data-v="{value!r}"' if value is not None and math.isfinite(value) else ' data-v=""'
-    return f'<td class="num"{v}>{_e(text)}</td>'
+    return f'<td class="num{" " + extra_class if extra_class else ""}"{v}>{_e(text)}</td>'
+
+
+def _baseline_class(row: Mapping[str, Any]) -> str:
+    verdict = str(row.get("baseline") or "")
+    return {"regression": "worse", "improvement": "better"}.get(verdict, "")
 
 
 def _table(groups: Sequence[Group]) -> str:
@@ -615,7 +628,8 @@ def _table(groups: Sequence[Group]) -> str:
             spread = f"{_ms(r.get('p5'))}..{_ms(r.get('p95'))}" if _finite(r.get("p5")) else ""
             body.append(
                 "<tr>"
-                f'<td class="test"><a href="#{g.anchor}">{_e(r["nodeid"])}</a></td>'
+                f'<td class="test" title="{_e(r["nodeid"])}">'
+                f'<a href="#{g.anchor}">{_e(_item_name(r["nodeid"]))}</a></td>'
                 f'<td class="nw"><span class="mode" style="background:{_color(mode, g.modes)}"></span>{_e(mode)}</td>'
                 f'<td class="nw">{_e(r["key"])}</td>'
                 + _num_td(_ms(r.get("median")), r.get("median") if _finite(r.get("median")) else None)
@@ -627,14 +641,14 @@ def _table(groups: Sequence[Group]) -> str:
                 + _num_td(
                     _ms(r.get("first_call_ms")), r.get("first_call_ms") if _finite(r.get("first_call_ms")) else None
                 )
-                + _num_td(base_text, base_v)
+                + _num_td(base_text, base_v, _baseline_class(r))
                 + f'<td class="{_verdict_class(verdict)}">{_e(verdict)}</td>'
                 "</tr>"
             )
     return (
-        f'<table class="sortable" id="rows"><thead><tr>{head}</tr></thead><tbody>\n'
+        f'<div class="wide"><table class="sortable" id="rows"><thead><tr>{head}</tr></thead><tbody>\n'
         + "\n".join(body)
-        + "\n</tbody></table>"
+        + "\n</tbody></table></div>"
     )
 
 

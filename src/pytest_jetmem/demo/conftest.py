@@ -16,6 +16,9 @@ import pytest
 from pytest_jetmem.demo.tables import Scenarios, format_tables
 
 _TABLES = pytest.StashKey["DemoTables"]()
+# The order the scenarios run and print in: the seed 001 convolution and its unified-memory experiment, the
+# seed 000 matrix product, then the seed 003 camera frame (where zero-copy memory comes into its own).
+MODULE_ORDER = ("test_demo_conv2d", "test_demo_unified", "test_demo_matmul", "test_demo_camera")
 
 
 class DemoTables:
@@ -52,6 +55,14 @@ def pytest_configure(config: pytest.Config) -> None:
     tables = DemoTables(config)
     config.stash[_TABLES] = tables
     config.pluginmanager.register(tables, "jetmem-demo-tables")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    def rank(item: pytest.Item) -> int:
+        name = item.module.__name__.rsplit(".", 1)[-1] if isinstance(item, pytest.Function) else ""
+        return MODULE_ORDER.index(name) if name in MODULE_ORDER else len(MODULE_ORDER)
+
+    items.sort(key=rank)  # stable: the order within a module stays
 
 
 @pytest.fixture

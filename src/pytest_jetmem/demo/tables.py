@@ -107,13 +107,13 @@ def _groups(rows: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str], Group]:
 def _table(title: str, scope: str, group: Group) -> list[str]:
     cases = sorted(group, key=_natural)
     modes = sorted({m for by_mode in group.values() for m in by_mode}, key=_mode_rank)
-    show_case = len(cases) > 1 or cases != [""]
+    show_case = len(cases) > 1
     cw = max([4, *(len(c) for c in cases)]) if show_case else 0
     mw = max([4, *(len(m) for m in modes)])
     lines = [f"{title}: {SCOPE_TEXT.get(scope, scope)}"]
     head = (f"{'case':<{cw}}  " if show_case else "") + f"{'mode':<{mw}}  {'median ms':>10}  {'vs device':>9}"
     lines.append("  " + head + f"  {'first call ms':>13}")
-    summary: list[str] = []
+    by_winners: dict[tuple[str, ...], list[str]] = {}
     for case in cases:
         by_mode = group[case]
         medians = {m: float(r["median"]) for m, r in by_mode.items()}
@@ -127,22 +127,22 @@ def _table(title: str, scope: str, group: Group) -> list[str]:
             if mode in win and len(by_mode) > 1:
                 cell += "  <- wins"
             lines.append("  " + cell.rstrip())
-        summary.append(_verdict(case, by_mode, win, medians))
-    if show_case:
-        lines.append("  wins: " + "; ".join(summary))
-    else:
-        lines.append("  " + summary[0])
+        if not show_case:
+            lines.append("  wins: " + _verdict(by_mode, win, medians))
+        elif len(by_mode) > 1:
+            by_winners.setdefault(tuple(win), []).append(case)
+    if by_winners:
+        lines.append("  wins: " + "; ".join(f"{', '.join(w)} at {', '.join(cs)}" for w, cs in by_winners.items()))
     return lines
 
 
-def _verdict(case: str, by_mode: Mapping[str, Any], win: Sequence[str], medians: Mapping[str, float]) -> str:
-    where = f"{case}: " if case else ""
+def _verdict(by_mode: Mapping[str, Any], win: Sequence[str], medians: Mapping[str, float]) -> str:
     if len(by_mode) < 2:
-        return f"{where}only {next(iter(by_mode))} ran"
+        return f"only {next(iter(by_mode))} ran"
     if len(win) == 1:
         rest = [v for m, v in medians.items() if m != win[0]]
-        return f"{where}{win[0]} ({min(rest) / medians[win[0]]:.2f}x faster than the next mode)"
-    return f"{where}{', '.join(win)} (within {TIE:.0%})"
+        return f"{win[0]} ({min(rest) / medians[win[0]]:.2f}x faster than the next mode)"
+    return f"{', '.join(win)} (within {TIE:.0%} of each other)"
 
 
 def _series_table(scenario: Scenario, scope: str, group: Group) -> list[str]:
@@ -176,9 +176,9 @@ def _series_table(scenario: Scenario, scope: str, group: Group) -> list[str]:
         line += f"  {_ms(u_med[mode]):>16}  {_ratio(u_med[mode], u_med.get(REFERENCE)):>9}"
         lines.append("  " + line)
     if touched:
-        lines.append("  " + _verdict("wins after a CPU write", {m: 1 for m in modes}, winners(t_med), t_med))
+        lines.append("  wins after a CPU write: " + _verdict(dict.fromkeys(modes), winners(t_med), t_med))
     if untouched:
-        lines.append("  " + _verdict("wins, GPU only", {m: 1 for m in modes}, winners(u_med), u_med))
+        lines.append("  wins, GPU only: " + _verdict(dict.fromkeys(modes), winners(u_med), u_med))
     for mode in modes:
         if np.isfinite(t_med[mode]) and np.isfinite(u_med[mode]) and u_med[mode] > 0:
             lines.append(f"  {mode}: a CPU write before the launch costs {t_med[mode] / u_med[mode]:.2f}x")
