@@ -45,67 +45,10 @@ CHECK, WRITE = 1, 2  # probe kernel flags
 BLOCK = 256
 _U32_LIMIT = 1 << 32  # the u32 probe packs (index << 32 | value) into one 64-bit atomicMin
 
-PROBE_SOURCE_EXTRA = r"""
-// Strided coherence probe: for k < count, word i = start + k * step is checked against
-// jetmem_pattern(i, expect_seed) (flags & 1) and then set to jetmem_pattern(i, new_seed) (flags & 2).
-// result[0] counts mismatches; result[1] is the atomicMin of (i << 32 | seen) for uint32 words and
-// (i << 8 | seen) for bytes: the first bad index with the value the kernel read there. Initialise
-// result to (0, ~0). delay_ns makes every thread wait before it starts (widens race windows in tests).
-__device__ __forceinline__ void jetmem_probe_delay(unsigned long long delay_ns)
-{
-    if (delay_ns == 0) return;
-    unsigned long long t0, t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
-    do {
-        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    } while (t - t0 < delay_ns);
-}
-
-extern "C" __global__ void jetmem_probe_u32(unsigned int* buf, unsigned long long start, long long step,
-                                            unsigned long long count, unsigned int expect_seed,
-                                            unsigned int new_seed, int flags, unsigned long long delay_ns,
-                                            unsigned long long* result)
-{
-    jetmem_probe_delay(delay_ns);
-    const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
-    for (unsigned long long k = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; k < count; k += stride) {
-        const unsigned long long i = (unsigned long long)((long long)start + (long long)k * step);
-        if (flags & 1) {
-            const unsigned int seen = buf[i];
-            if (seen != jetmem_pattern(i, expect_seed)) {
-                atomicAdd(&result[0], 1ull);
-                atomicMin(&result[1], (i << 32) | (unsigned long long)seen);
-            }
-        }
-        if (flags & 2) buf[i] = jetmem_pattern(i, new_seed);
-    }
-}
-
-extern "C" __global__ void jetmem_probe_u8(unsigned char* buf, unsigned long long start, long long step,
-                                           unsigned long long count, unsigned int expect_seed,
-                                           unsigned int new_seed, int flags, unsigned long long delay_ns,
-                                           unsigned long long* result)
-{
-    jetmem_probe_delay(delay_ns);
-    const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
-    for (unsigned long long k = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; k < count; k += stride) {
-        const unsigned long long i = (unsigned long long)((long long)start + (long long)k * step);
-        if (flags & 1) {
-            const unsigned char seen = buf[i];
-            if (seen != (unsigned char)(jetmem_pattern(i, expect_seed) & 0xffu)) {
-                atomicAdd(&result[0], 1ull);
-                atomicMin(&result[1], (i << 8) | (unsigned long long)seen);
-            }
-        }
-        if (flags & 2) buf[i] = (unsigned char)(jetmem_pattern(i, new_seed) & 0xffu);
-    }
-}
-"""
-
 
 def probe_source() -> str:
-    """The probe kernels' CUDA source: the bundled ``coherence.cu`` (for ``jetmem_pattern``) plus the probes."""
-    return bundled.sources()["coherence_check_write"] + PROBE_SOURCE_EXTRA
+    """The probe kernels' CUDA source: the bundled ``kernels/coherence.cu`` (with ``jetmem_pattern``)."""
+    return bundled.sources()["jetmem_probe_u32"]
 
 
 # -- words, patterns, messages ------------------------------------------------------------------------------------
@@ -338,7 +281,7 @@ class PendingProbe:
 def probe_kernel(jm: Jetmem, wdtype: Any) -> Any:
     """The probe kernel for ``uint32`` or ``uint8`` words, compiled for the handle's device."""
     name = "jetmem_probe_u32" if np.dtype(wdtype).itemsize == 4 else "jetmem_probe_u8"
-    return jm.compile(probe_source(), name)
+    return jm.kernel(name)
 
 
 def result_buffer(jm: Jetmem) -> Buffer:

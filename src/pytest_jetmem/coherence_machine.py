@@ -42,6 +42,7 @@ from hypothesis.stateful import (
 
 from . import attach as attach_mod
 from . import coherence, driver, strict
+from . import kernels as bundled
 from . import strategies as jst
 from .errors import JetmemError
 
@@ -49,54 +50,8 @@ if TYPE_CHECKING:
     from .buffer import Buffer
     from .handle import Jetmem
 
-MACHINE_SOURCE = r"""
-// Kernels of pytest_jetmem.coherence_machine. Word i = start + k * step for k < count.
-__device__ __forceinline__ void jetmem_machine_delay(unsigned long long delay_ns)
-{
-    if (delay_ns == 0) return;
-    unsigned long long t0, t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
-    do {
-        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    } while (t - t0 < delay_ns);
-}
-
-// Only waits: queued before a memset or a copy so that, with a delay, they too land late.
-extern "C" __global__ void jetmem_machine_wait(unsigned long long delay_ns)
-{
-    jetmem_machine_delay(delay_ns);
-}
-
-// Read-modify-write on the GPU: buf[i] += value (mod 2**32).
-extern "C" __global__ void jetmem_machine_add(unsigned int* buf, unsigned long long start, long long step,
-                                              unsigned long long count, unsigned int value,
-                                              unsigned long long delay_ns)
-{
-    jetmem_machine_delay(delay_ns);
-    const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
-    for (unsigned long long k = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; k < count; k += stride) {
-        const long long i = (long long)start + (long long)k * step;
-        buf[i] += value;
-    }
-}
-
-// The GPU reads: compare buf[i] with expected[k]; result[0] counts mismatches, result[1] is the
-// atomicMin of (k << 32 | seen): the first bad position with the value read there. Set result to (0, ~0).
-extern "C" __global__ void jetmem_machine_compare(const unsigned int* buf, const unsigned int* expected,
-                                                  unsigned long long start, long long step,
-                                                  unsigned long long count, unsigned long long* result)
-{
-    const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
-    for (unsigned long long k = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; k < count; k += stride) {
-        const long long i = (long long)start + (long long)k * step;
-        const unsigned int seen = buf[i];
-        if (seen != expected[k]) {
-            atomicAdd(&result[0], 1ull);
-            atomicMin(&result[1], (k << 32) | (unsigned long long)seen);
-        }
-    }
-}
-"""
+#: The machine's kernels (jetmem_machine_wait/add/compare): the bundled ``kernels/coherence.cu``.
+MACHINE_SOURCE = bundled.sources()["jetmem_machine_add"]
 
 BLOCK = 256
 U32 = np.dtype(np.uint32)

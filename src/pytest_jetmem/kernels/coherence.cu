@@ -25,3 +25,98 @@ extern "C" __global__ void coherence_check_write(unsigned int* __restrict__ buf,
         buf[i] = jetmem_pattern(i, new_seed);
     }
 }
+
+// ---- strided probes (pytest_jetmem.coherence) ----
+// Strided coherence probe: for k < count, word i = start + k * step is checked against
+// jetmem_pattern(i, expect_seed) (flags & 1) and then set to jetmem_pattern(i, new_seed) (flags & 2).
+// result[0] counts mismatches; result[1] is the atomicMin of (i << 32 | seen) for uint32 words and
+// (i << 8 | seen) for bytes: the first bad index with the value the kernel read there. Initialise
+// result to (0, ~0). delay_ns makes every thread wait before it starts (widens race windows in tests).
+__device__ __forceinline__ void jetmem_delay_ns(unsigned long long delay_ns)
+{
+    if (delay_ns == 0) return;
+    unsigned long long t0, t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    do {
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    } while (t - t0 < delay_ns);
+}
+
+extern "C" __global__ void jetmem_probe_u32(unsigned int* buf, unsigned long long start, long long step,
+                                            unsigned long long count, unsigned int expect_seed,
+                                            unsigned int new_seed, int flags, unsigned long long delay_ns,
+                                            unsigned long long* result)
+{
+    jetmem_delay_ns(delay_ns);
+    const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
+    for (unsigned long long k = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; k < count; k += stride) {
+        const unsigned long long i = (unsigned long long)((long long)start + (long long)k * step);
+        if (flags & 1) {
+            const unsigned int seen = buf[i];
+            if (seen != jetmem_pattern(i, expect_seed)) {
+                atomicAdd(&result[0], 1ull);
+                atomicMin(&result[1], (i << 32) | (unsigned long long)seen);
+            }
+        }
+        if (flags & 2) buf[i] = jetmem_pattern(i, new_seed);
+    }
+}
+
+extern "C" __global__ void jetmem_probe_u8(unsigned char* buf, unsigned long long start, long long step,
+                                           unsigned long long count, unsigned int expect_seed,
+                                           unsigned int new_seed, int flags, unsigned long long delay_ns,
+                                           unsigned long long* result)
+{
+    jetmem_delay_ns(delay_ns);
+    const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
+    for (unsigned long long k = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; k < count; k += stride) {
+        const unsigned long long i = (unsigned long long)((long long)start + (long long)k * step);
+        if (flags & 1) {
+            const unsigned char seen = buf[i];
+            if (seen != (unsigned char)(jetmem_pattern(i, expect_seed) & 0xffu)) {
+                atomicAdd(&result[0], 1ull);
+                atomicMin(&result[1], (i << 8) | (unsigned long long)seen);
+            }
+        }
+        if (flags & 2) buf[i] = (unsigned char)(jetmem_pattern(i, new_seed) & 0xffu);
+    }
+}
+
+// ---- state-machine kernels (pytest_jetmem.coherence_machine) ----
+// Kernels of pytest_jetmem.coherence_machine. Word i = start + k * step for k < count.
+
+// Only waits: queued before a memset or a copy so that, with a delay, they too land late.
+extern "C" __global__ void jetmem_machine_wait(unsigned long long delay_ns)
+{
+    jetmem_delay_ns(delay_ns);
+}
+
+// Read-modify-write on the GPU: buf[i] += value (mod 2**32).
+extern "C" __global__ void jetmem_machine_add(unsigned int* buf, unsigned long long start, long long step,
+                                              unsigned long long count, unsigned int value,
+                                              unsigned long long delay_ns)
+{
+    jetmem_delay_ns(delay_ns);
+    const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
+    for (unsigned long long k = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; k < count; k += stride) {
+        const long long i = (long long)start + (long long)k * step;
+        buf[i] += value;
+    }
+}
+
+// The GPU reads: compare buf[i] with expected[k]; result[0] counts mismatches, result[1] is the
+// atomicMin of (k << 32 | seen): the first bad position with the value read there. Set result to (0, ~0).
+extern "C" __global__ void jetmem_machine_compare(const unsigned int* buf, const unsigned int* expected,
+                                                  unsigned long long start, long long step,
+                                                  unsigned long long count, unsigned long long* result)
+{
+    const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
+    for (unsigned long long k = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; k < count; k += stride) {
+        const long long i = (long long)start + (long long)k * step;
+        const unsigned int seen = buf[i];
+        if (seen != expected[k]) {
+            atomicAdd(&result[0], 1ull);
+            atomicMin(&result[1], (k << 32) | (unsigned long long)seen);
+        }
+    }
+}
