@@ -16,19 +16,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 
 from .baseline import BaselineError, BaselineNotFound, BaselineStore, Entry, Machine, entry_key
 from .benchjson import benchmark_json, write_benchmark_json
-from .compare import Comparison, Verdict, compare_runs
+from .compare import Verdict, compare_runs
 from .handle import Jetmem
 from .jetson import JetsonState, read_jetson_state, timing_warnings
-from .modes import get_mode
 from .plugin import STOPPING_RULE, _state
+from .rerun import more_runs, side_by_side
 from .runtime_spec import MARKER, RuntimeSpec, parse_runtime_marker
-from .stats import StoppingRule, ratio_ci
-from .timing import Measurement, run_samples
+from .stats import StoppingRule
+from .timing import Measurement
 
 _RUNTIME = pytest.StashKey["RuntimeState"]()
 _SPEC = pytest.StashKey[RuntimeSpec]()
@@ -287,7 +286,7 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> Iterator[Any]:
         runs = (spec.runs if spec and spec.runs else None) or _rt(pyfuncitem.config).runs
         if runs > 1:
             try:
-                _more_runs(pyfuncitem, handle, runs - 1)
+                more_runs(pyfuncitem, handle, runs - 1)
             except pytest.fail.Exception as exc:
                 if spec is not None:
                     raise
@@ -354,7 +353,7 @@ def _judge(item: pytest.Function, handle: Jetmem, spec: RuntimeSpec | None) -> l
     state = _rt(item.config)
     failures: list[str] = []
     judged = [m for m in handle.measurements if spec is None or spec.selects(m.label, m.scope)]
-    ratios = _side_by_side(item, handle, spec) if spec and spec.max_ratio is not None else {}
+    ratios = side_by_side(item, handle, spec) if spec and spec.max_ratio is not None else {}
     base, base_note = _baseline(item.config)
     for i, m in enumerate(handle.measurements):
         row = _row(item, m)
@@ -400,99 +399,6 @@ def _judge(item: pytest.Function, handle: Jetmem, spec: RuntimeSpec | None) -> l
         row.setdefault("verdict", ("ok" if is_judged else "reported"))
         _publish(item, row)
     return failures
-
-
-def _side_by_side(item: pytest.Function, handle: Jetmem, spec: RuntimeSpec) -> dict[int, tuple]:
-    """Run the body again in the reference mode, then sample both modes interleaved; ratios by call index."""
-    ref_mode = spec.relative_to
-    assert ref_mode is not None
-    if handle.mode == ref_mode:
-        return {i: (1.0, 1.0, 1.0, m.median, m.median, len(m.samples)) for i, m in enumerate(handle.measurements)}
-    reason = get_mode(ref_mode).unsupported_reason(handle.device)
-    if reason:
-        pytest.fail(f"{item.nodeid}: cannot time the reference mode for max_ratio: {reason}", pytrace=False)
-    ref = _rerun_body(item, handle, ref_mode, f"reference run in {ref_mode}")
-    try:
-        if len(ref.measure_calls) != len(handle.measure_calls):
-            pytest.fail(
-                f"{item.nodeid}: the body called jetmem.measure {len(handle.measure_calls)} times in {handle.mode} "
-                f"but {len(ref.measure_calls)} times in {ref_mode}: max_ratio pairs them by call order",
-                pytrace=False,
-            )
-        out = {}
-        for i, (a_call, b_call) in enumerate(zip(handle.measure_calls, ref.measure_calls, strict=True)):
-            a, b = a_call.sampler(handle), b_call.sampler(ref)
-            try:
-                for _ in range(a_call.warmup):
-                    a.sample()
-                    b.sample()
-                (sa, _), (sb, _) = run_samples([a, b], handle.stopping_rule, handle.device.ordinal)
-            finally:
-                a.close()
-                b.close()
-            ratio, lo, hi = ratio_ci(sb, sa)
-            out[i] = (ratio, lo, hi, float(np.median(sa)), float(np.median(sb)), len(sa))
-        return out
-    finally:
-        problems = ref.close()
-        if problems:
-            warnings.warn(f"jetmem: reference run of {item.nodeid}: {'; '.join(problems)}", stacklevel=1)
-
-
-def _rerun_body(item: pytest.Function, handle: Jetmem, mode: str, what: str) -> Jetmem:
-    """Run the test body again with a fresh handle in ``mode`` (the caller closes it)."""
-    _check_rerunnable(item, what)
-    other = Jetmem(handle._rt, mode, f"{item.nodeid} ({what})")
-    other.stopping_rule = handle.stopping_rule
-    args = {name: item.funcargs[name] for name in item._fixtureinfo.argnames}
-    args["jetmem"] = other
-    if "memmode" in args:
-        args["memmode"] = mode
-    try:
-        item.obj(**args)
-    except BaseException:
-        other.close()
-        raise
-    return other
-
-
-def _more_runs(item: pytest.Function, handle: Jetmem, extra: int) -> None:
-    """Repeat the body ``extra`` times with fresh allocations; fold each run into the measurements."""
-    others: list[list[Measurement]] = []
-    for r in range(extra):
-        h = _rerun_body(item, handle, handle.mode, f"run {r + 2}")
-        try:
-            if len(h.measurements) != len(handle.measurements):
-                pytest.fail(
-                    f"{item.nodeid}: run {r + 2} called jetmem.measure {len(h.measurements)} times, "
-                    f"run 1 {len(handle.measurements)} times",
-                    pytrace=False,
-                )
-            others.append(h.measurements)
-        finally:
-            h.close()
-    for i, m in enumerate(handle.measurements):
-        m.add_runs([run[i] for run in others])
-
-
-def _check_rerunnable(item: pytest.Function, what: str = "a reference run") -> None:
-    """The reference run reuses the item's fixtures: none of them may hold memory of this item's mode."""
-    defs = item._fixtureinfo.name2fixturedefs
-    tainted = {"jetmem", "memmode"}
-    changed = True
-    while changed:
-        changed = False
-        for name, fdefs in defs.items():
-            if name not in tainted and any(set(fd.argnames) & tainted for fd in fdefs):
-                tainted.add(name)
-                changed = True
-    bad = sorted(tainted - {"jetmem", "memmode"})
-    if bad:
-        pytest.fail(
-            f"{item.nodeid}: {what} re-runs the test body with a fresh jetmem handle, but fixture(s) "
-            f"{', '.join(bad)} depend on jetmem/memmode and would keep the first run's buffers; allocate in the body",
-            pytrace=False,
-        )
 
 
 def _row(item: pytest.Item, m: Measurement) -> dict[str, Any]:
@@ -628,4 +534,4 @@ def format_table(rows: list[dict[str, Any]]) -> list[str]:
     return [fmt.format(*header), fmt.format(*("-" * w for w in widths)), *(fmt.format(*b) for b in body)]
 
 
-__all__ = ["Comparison", "RuntimeState", "format_table"]
+__all__ = ["RuntimeState", "format_table"]
