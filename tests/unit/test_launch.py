@@ -20,7 +20,7 @@ from pytest_jetmem.launch import (
     parse_signature,
 )
 
-I32, U32, U64, F32, F64 = (np.dtype(t) for t in ("int32", "uint32", "uint64", "float32", "float64"))
+I32, U32, I64, U64, F32, F64 = (np.dtype(t) for t in ("int32", "uint32", "int64", "uint64", "float32", "float64"))
 
 
 def sig(*pairs: tuple[str, Any]) -> list[Param]:
@@ -42,6 +42,27 @@ BUNDLED = {
         ("buf", POINTER), ("n", U64), ("expect_seed", U32), ("new_seed", U32), ("check", I32), ("result", POINTER)
     ),
     "jetmem_block_stream": sig(("flag", POINTER), ("timeout_ns", U64)),
+    "jetmem_machine_add": sig(
+        ("buf", POINTER), ("start", U64), ("step", I64), ("count", U64), ("value", U32), ("delay_ns", U64)
+    ),
+    "jetmem_machine_compare": sig(
+        ("buf", POINTER), ("expected", POINTER), ("start", U64), ("step", I64), ("count", U64), ("result", POINTER)
+    ),
+    "jetmem_machine_wait": sig(("delay_ns", U64)),
+    **{
+        f"jetmem_probe_{w}": sig(
+            ("buf", POINTER),
+            ("start", U64),
+            ("step", I64),
+            ("count", U64),
+            ("expect_seed", U32),
+            ("new_seed", U32),
+            ("flags", I32),
+            ("delay_ns", U64),
+            ("result", POINTER),
+        )
+        for w in ("u32", "u8")
+    },
 }
 
 
