@@ -109,7 +109,7 @@ class Group:
         return sorted({str(r["mode"]) for r in self.rows}, key=_mode_rank)
 
     def row(self, key: str, mode: str) -> dict[str, Any] | None:
-        """The last row of ``key`` in ``mode`` (with ``--jetmem-runs`` or reruns there may be several)."""
+        """The last row of ``key`` in ``mode`` (a rerun test, e.g. with pytest-rerunfailures, reports again)."""
         found = [r for r in self.rows if r["key"] == key and r["mode"] == mode]
         return found[-1] if found else None
 
@@ -199,7 +199,7 @@ def load_trends(
             foreign.append(name)
             continue
         loaded.append(base)
-    loaded.sort(key=lambda b: (b.created, b.name))
+    loaded.sort(key=lambda b: (b.created, _mtime_ns(b.path), b.name))  # created has one-second resolution
     trends.baselines = [b.name for b in loaded]
     if unreadable:
         trends.notes.append(f"baselines that could not be read, left out of the trends: {', '.join(unreadable)}")
@@ -226,6 +226,13 @@ def load_trends(
             points.append(TrendPoint("this run", stamp, float(r["median"]), int(r.get("n") or 0), True))
         trends.points[(nodeid, mode, key)] = points
     return trends
+
+
+def _mtime_ns(path: Path | None) -> int:
+    try:
+        return path.stat().st_mtime_ns if path is not None else 0
+    except OSError:
+        return 0
 
 
 # -- the JSON twin -------------------------------------------------------------------------------------
@@ -496,7 +503,8 @@ def _mpl_chart(group: Group, trends: Trends) -> str:
         modes = [m for m in group.modes if group.row(key, m) is not None]
         rows = [group.row(key, m) for m in modes]
         meds = [float(r["median"]) if r and _finite(r.get("median")) else 0.0 for r in rows]
-        lo, hi = [], []
+        lo: list[float] = []
+        hi: list[float] = []
         for med, r in zip(meds, rows, strict=True):
             lo.append(max(0.0, med - float(r["p5"])) if r and _finite(r.get("p5")) else 0.0)
             hi.append(max(0.0, float(r["p95"]) - med) if r and _finite(r.get("p95")) else 0.0)
