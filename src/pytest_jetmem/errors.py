@@ -29,7 +29,8 @@ class CudaError(JetmemError):
         return self.name in STICKY_ERRORS
 
 
-# Errors after which the context is unusable (CUDA programming guide, "Error checking").
+# Errors after which the context is unusable and the process must be restarted (CUDA driver API,
+# CUresult: "the process must be terminated and relaunched").
 STICKY_ERRORS = frozenset(
     {
         "CUDA_ERROR_ILLEGAL_ADDRESS",
@@ -40,7 +41,7 @@ STICKY_ERRORS = frozenset(
         "CUDA_ERROR_INVALID_PC",
         "CUDA_ERROR_HARDWARE_STACK_ERROR",
         "CUDA_ERROR_ASSERT",
-        "CUDA_ERROR_TRAP",  # not a real name in all versions; harmless if absent
+        "CUDA_ERROR_LAUNCH_TIMEOUT",
         "CUDA_ERROR_ECC_UNCORRECTABLE",
     }
 )
