@@ -325,6 +325,7 @@ def _parse(doc: Any, name: str, path: Path) -> Baseline:
         machine = Machine.from_dict(doc["machine"])
         raw_entries = doc.get("entries")
         _expect(isinstance(raw_entries, dict), "entries", type(raw_entries).__name__, "an object")
+        assert isinstance(raw_entries, dict)
         entries: dict[str, Entry] = {}
         for key, raw in raw_entries.items():
             try:
@@ -545,10 +546,10 @@ class BaselineStore:
                     )
                 if existing is not None or unreadable is not None:
                     try:
-                        old = path.read_bytes()
+                        kept = path.read_bytes()
                     except OSError as exc:
                         raise BaselineError(path, f"cannot read it to keep a copy: {exc}") from exc
-                    _atomic_write(prev, old)
+                    _atomic_write(prev, kept)
                 baseline = Baseline(
                     name=name, created=_utc_now(), session=session, machine=machine, entries=new, path=path
                 )

@@ -23,7 +23,7 @@ def host_view(host_ptr: int, nbytes: int, shape: tuple[int, ...], dtype: np.dtyp
     if nbytes == 0:
         return np.empty(shape, dtype)
     raw = (ctypes.c_char * nbytes).from_address(host_ptr)
-    return np.frombuffer(raw, dtype=dtype, count=int(np.prod(shape))).reshape(shape)
+    return np.frombuffer(memoryview(raw), dtype=dtype, count=int(np.prod(shape))).reshape(shape)
 
 
 class Buffer:

@@ -165,7 +165,7 @@ class CoherenceMachine(RuleBasedStateMachine):
             from . import open_handle
 
             handle = self._stack.enter_context(open_handle(type(self).mode))
-        self.jm: Jetmem = handle
+        self.jm: Jetmem = handle  # type: ignore[misc]  # the instance's handle shadows the class default
         self.model = CoherenceModel()
         self.tracked: list[Tracked] = []
         self.cma = bool(handle.device.attr("CONCURRENT_MANAGED_ACCESS"))

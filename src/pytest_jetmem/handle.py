@@ -111,7 +111,7 @@ class StreamBlocker:
         self.generation = runtime.device.generation
         drv = runtime.drv
         self._host = drv.mem_host_alloc(4, MEMHOSTALLOC_DEVICEMAP | MEMHOSTALLOC_PORTABLE)
-        self._flag = np.frombuffer((ctypes.c_int32 * 1).from_address(self._host), dtype=np.int32)
+        self._flag = np.frombuffer(memoryview((ctypes.c_int32 * 1).from_address(self._host)), dtype=np.int32)
         self._dptr = drv.mem_host_get_device_pointer(self._host)
         src = bundled.sources()["jetmem_block_stream"]
         compiled = runtime.compiled(src, "jetmem_block_stream", (), filename="timing.cu")

@@ -167,7 +167,7 @@ def _typed(where: str, value: bool | int | float, dtype: np.dtype) -> np.ndarray
 
 def _dim3(value: int | Sequence[int], what: str) -> tuple[int, int, int]:
     try:
-        dims = (value,) if isinstance(value, (int, np.integer)) else tuple(value)  # type: ignore[arg-type]
+        dims = (value,) if isinstance(value, (int, np.integer)) else tuple(value)
     except TypeError:
         raise ValueError(f"{what}: expected 1 to 3 positive integers, got {value!r}") from None
     if (

@@ -151,7 +151,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     selected = _state(config).selected_modes
     if selected is None:
         return
-    keep, drop = [], []
+    keep: list[pytest.Item] = []
+    drop: list[pytest.Item] = []
     for item in items:
         mode = _item_mode(item)
         (drop if mode is not None and mode not in selected else keep).append(item)

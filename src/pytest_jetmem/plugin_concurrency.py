@@ -33,7 +33,7 @@ import os
 import shutil
 import sys
 import tempfile
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -257,7 +257,7 @@ def forwarded_args(args: Sequence[str], takes_value: Callable[[str], bool]) -> l
 def _argparser(config: pytest.Config) -> Any:
     parser = getattr(config, "_parser", None)
     optparser = getattr(parser, "optparser", None)
-    if optparser is None and hasattr(parser, "_getparser"):
+    if optparser is None and parser is not None and hasattr(parser, "_getparser"):
         with contextlib.suppress(Exception):
             optparser = parser._getparser()
     return optparser
@@ -479,7 +479,9 @@ def _run_in_child(item: pytest.Function, spec: ConcurrencySpec, state: Concurren
 
 
 @pytest.hookimpl(hookwrapper=True)
-def pytest_fixture_setup(fixturedef: pytest.FixtureDef[Any], request: pytest.FixtureRequest) -> Iterator[None]:
+def pytest_fixture_setup(
+    fixturedef: pytest.FixtureDef[Any], request: pytest.FixtureRequest
+) -> Generator[None, Any, None]:
     outcome = yield
     if fixturedef.argname != "jetmem" or not _state(request.config).tegra_strict:
         return
@@ -539,7 +541,7 @@ def _probe_device(config: pytest.Config, ctx: ChildContext) -> None:
 
 
 @pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, None]:
     outcome = yield
     ctx = _state(item.config).child
     if ctx is None or item is not ctx.target:

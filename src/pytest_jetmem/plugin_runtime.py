@@ -352,19 +352,21 @@ def _baseline(config: pytest.Config) -> tuple[Any, str | None]:
 def _judge(item: pytest.Function, handle: Jetmem, spec: RuntimeSpec | None) -> list[str]:
     state = _rt(item.config)
     failures: list[str] = []
-    judged = [m for m in handle.measurements if spec is None or spec.selects(m.label, m.scope)]
-    ratios = side_by_side(item, handle, spec) if spec and spec.max_ratio is not None else {}
+    marked = spec is not None
+    spec = spec or RuntimeSpec()  # unmarked: reported with the defaults, never judged
+    judged = [m for m in handle.measurements if spec.selects(m.label, m.scope)]
+    ratios = side_by_side(item, handle, spec) if spec.max_ratio is not None else {}
     base, base_note = _baseline(item.config)
     for i, m in enumerate(handle.measurements):
         row = _row(item, m)
-        is_judged = spec is not None and m in judged
+        is_judged = marked and m in judged
         if is_judged and spec.max_ms is not None and m.median > spec.max_ms:
             failures.append(f"{m.describe()}: median above max_ms={spec.max_ms:g}")
             row["verdict"] = "FAIL max_ms"
         if i in ratios:
             ratio, lo, hi, own_median, ref_median, n = ratios[i]
             row.update(ratio=ratio, ratio_ci=[lo, hi], relative_to=spec.relative_to, reference_median=ref_median)
-            if is_judged and ratio > spec.max_ratio:  # type: ignore[union-attr, operator]
+            if is_judged and spec.max_ratio is not None and ratio > spec.max_ratio:
                 failures.append(
                     f"{m.mode} {m.key}: {m.mode}/{spec.relative_to} = {ratio:.3f} (99% CI {lo:.3f}..{hi:.3f}; "
                     f"medians {own_median:.4g} vs {ref_median:.4g} ms, {n} interleaved samples each) "
@@ -384,7 +386,7 @@ def _judge(item: pytest.Function, handle: Jetmem, spec: RuntimeSpec | None) -> l
                     and "another machine" in base_note
                     and is_judged
                     and spec.baseline
-                ):  # type: ignore[union-attr]
+                ):
                     failures.append(f"jetmem: {base_note}")
             else:
                 entry = base.entry(key)
@@ -393,7 +395,7 @@ def _judge(item: pytest.Function, handle: Jetmem, spec: RuntimeSpec | None) -> l
                 else:
                     cmp = compare_runs(entry.run_samples, m.runs or [m.samples], state.fail_pct)
                     row.update(baseline_change_pct=cmp.change_pct, baseline=cmp.verdict.value)
-                    if cmp.verdict is Verdict.REGRESSION and is_judged and spec.baseline:  # type: ignore[union-attr]
+                    if cmp.verdict is Verdict.REGRESSION and is_judged and spec.baseline:
                         failures.append(f"{m.mode} {m.key}: {cmp.describe()}")
                         row["verdict"] = "FAIL regression"
         row.setdefault("verdict", ("ok" if is_judged else "reported"))

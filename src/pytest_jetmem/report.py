@@ -321,7 +321,7 @@ def _ratio_cell(row: Mapping[str, Any], group: Group) -> tuple[str, float | None
 def _baseline_cell(row: Mapping[str, Any]) -> tuple[str, float | None]:
     change = row.get("baseline_change_pct")
     verdict = str(row.get("baseline") or "")
-    if _finite(change):
+    if change is not None and _finite(change):
         return f"{change:+.1f}% {verdict}".strip(), float(change)
     return verdict, None
 
@@ -354,7 +354,7 @@ def _svg_bars(group: Group, key: str, x0: float, y0: float, w: float, h: float) 
     """One panel: a bar per mode (median) with a whisker p5..p95."""
     modes = [m for m in group.modes if group.row(key, m) is not None]
     rows = [group.row(key, m) for m in modes]
-    top = max((max(r.get("p95") or 0, r.get("median") or 0) for r in rows if r), default=0.0)  # type: ignore[union-attr]
+    top = max((max(r.get("p95") or 0, r.get("median") or 0) for r in rows if r), default=0.0)
     ticks = _ticks(top * 1.08)
     ymax = ticks[-1]
     left, bottom, right, title_h = 52.0, 34.0, 8.0, 22.0

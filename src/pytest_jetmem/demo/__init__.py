@@ -47,7 +47,7 @@ class _NoGpuNotice:
 
     @pytest.hookimpl(trylast=True)
     def pytest_collection_finish(self, session: pytest.Session) -> None:
-        modes = {getattr(item, "callspec", None) and item.callspec.params.get("memmode") for item in session.items}
+        modes = {_mode_of(item) for item in session.items}
         self.items = len(session.items)
         self.modes = [m for m in MODE_ORDER if m in modes] + sorted(m for m in modes if m and m not in MODE_ORDER)
 
@@ -94,3 +94,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.write(captured.getvalue())
         sys.stdout.flush()
     return code
+
+
+def _mode_of(item: pytest.Item) -> str | None:
+    callspec = getattr(item, "callspec", None)
+    return callspec.params.get("memmode") if callspec is not None else None
