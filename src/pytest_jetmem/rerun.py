@@ -17,7 +17,7 @@ from .handle import Jetmem
 from .modes import get_mode
 from .runtime_spec import RuntimeSpec
 from .stats import ratio_ci
-from .timing import Measurement, run_samples
+from .timing import Measurement, gpu_lock, run_samples
 
 
 def side_by_side(item: pytest.Function, handle: Jetmem, spec: RuntimeSpec) -> dict[int, tuple]:
@@ -41,10 +41,11 @@ def side_by_side(item: pytest.Function, handle: Jetmem, spec: RuntimeSpec) -> di
         for i, (a_call, b_call) in enumerate(zip(handle.measure_calls, ref.measure_calls, strict=True)):
             a, b = a_call.sampler(handle), b_call.sampler(ref)
             try:
-                for _ in range(a_call.warmup):
-                    a.sample()
-                    b.sample()
-                (sa, _), (sb, _) = run_samples([a, b], handle.stopping_rule, handle.device.ordinal)
+                with gpu_lock(handle.device.ordinal):
+                    for _ in range(a_call.warmup):
+                        a.sample()
+                        b.sample()
+                    (sa, _), (sb, _) = run_samples([a, b], handle.stopping_rule)
             finally:
                 a.close()
                 b.close()

@@ -50,6 +50,8 @@ class Measurement:
     flush_l2: bool = False
     #: Samples of each run when the body ran several times with fresh allocations (``--jetmem-runs``).
     runs: list[list[float]] = field(default_factory=list)
+    #: Wall-clock span (``time.time()``) of the timed section, held under the per-GPU lock.
+    span: tuple[float, float] | None = None
 
     def add_runs(self, others: Sequence[Measurement]) -> None:
         """Fold the measurements of further runs in: ``samples`` becomes all runs' samples."""
@@ -178,26 +180,24 @@ class Sampler:
         return self._end_to_end_sample()
 
 
-def run_samples(
-    samplers: Sequence[Sampler], rule: StoppingRule, lock_ordinal: int | None = None
-) -> list[tuple[list[float], str]]:
+def run_samples(samplers: Sequence[Sampler], rule: StoppingRule) -> list[tuple[list[float], str]]:
     """Sample every sampler in turn (A B A B ...) until each one's samples satisfy ``rule``.
 
     Interleaving makes drift (clocks, temperature, other tenants) hit every sampler alike, so their
-    ratio holds on a noisy machine. Returns each sampler's samples and stop reason.
+    ratio holds on a noisy machine. Returns each sampler's samples and stop reason. Callers hold
+    :func:`gpu_lock` around the first call, the warm-up and this, so no other process times the GPU meanwhile.
     """
     out: list[list[float]] = [[] for _ in samplers]
     reasons = [""] * len(samplers)
-    with gpu_lock(lock_ordinal):
-        t0 = time.perf_counter()
-        while True:
-            for i, s in enumerate(samplers):
-                out[i].append(s.sample())
-            elapsed = time.perf_counter() - t0
-            verdicts = [rule.done(o, elapsed) for o in out]
-            if all(done for done, _ in verdicts):
-                reasons = [why for _, why in verdicts]
-                break
+    t0 = time.perf_counter()
+    while True:
+        for i, s in enumerate(samplers):
+            out[i].append(s.sample())
+        elapsed = time.perf_counter() - t0
+        verdicts = [rule.done(o, elapsed) for o in out]
+        if all(done for done, _ in verdicts):
+            reasons = [why for _, why in verdicts]
+            break
     return list(zip(out, reasons, strict=False))
 
 
@@ -219,10 +219,13 @@ def measure(
     rule = rule or jm.stopping_rule
     sampler = Sampler(jm, fn, scope, inputs, outputs, flush_l2)
     try:
-        first, first_wall = sampler.first()
-        for _ in range(warmup):
-            sampler.sample()
-        ((samples, reason),) = run_samples([sampler], rule, jm.device.ordinal)
+        with gpu_lock(jm.device.ordinal):
+            t_start = time.time()
+            first, first_wall = sampler.first()
+            for _ in range(warmup):
+                sampler.sample()
+            ((samples, reason),) = run_samples([sampler], rule)
+            span = (t_start, time.time())
         m = Measurement(
             label=label,
             mode=jm.mode,
@@ -233,6 +236,7 @@ def measure(
             warmup=warmup,
             stop_reason=reason,
             flush_l2=flush_l2,
+            span=span,
         )
     finally:
         sampler.close()
