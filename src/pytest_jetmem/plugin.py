@@ -8,7 +8,6 @@ from typing import Any
 
 import pytest
 
-from . import driver
 from .compiler import KernelCache
 from .device import Availability, DeviceInfo, open_device
 from .errors import CudaError
@@ -248,4 +247,4 @@ def jetmem_device(request: pytest.FixtureRequest) -> DeviceInfo:
     return avail.info
 
 
-__all__ = ["driver", "jetmem", "jetmem_device", "memmode"]
+__all__ = ["jetmem", "jetmem_device", "memmode"]
