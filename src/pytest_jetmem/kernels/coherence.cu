@@ -42,24 +42,34 @@ __device__ __forceinline__ void jetmem_delay_ns(unsigned long long delay_ns)
     } while (t - t0 < delay_ns);
 }
 
-extern "C" __global__ void jetmem_probe_u32(unsigned int* buf, unsigned long long start, long long step,
-                                            unsigned long long count, unsigned int expect_seed,
-                                            unsigned int new_seed, int flags, unsigned long long delay_ns,
-                                            unsigned long long* result)
+// One probe for any word type: the pattern truncated to the word, the bad index shifted past the word's bits.
+template <typename Word>
+__device__ __forceinline__ void jetmem_probe(Word* buf, unsigned long long start, long long step,
+                                             unsigned long long count, unsigned int expect_seed,
+                                             unsigned int new_seed, int flags, unsigned long long delay_ns,
+                                             unsigned long long* result)
 {
     jetmem_delay_ns(delay_ns);
     const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
     for (unsigned long long k = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; k < count; k += stride) {
         const unsigned long long i = (unsigned long long)((long long)start + (long long)k * step);
         if (flags & 1) {
-            const unsigned int seen = buf[i];
-            if (seen != jetmem_pattern(i, expect_seed)) {
+            const Word seen = buf[i];
+            if (seen != (Word)jetmem_pattern(i, expect_seed)) {
                 atomicAdd(&result[0], 1ull);
-                atomicMin(&result[1], (i << 32) | (unsigned long long)seen);
+                atomicMin(&result[1], (i << (8 * sizeof(Word))) | (unsigned long long)seen);
             }
         }
-        if (flags & 2) buf[i] = jetmem_pattern(i, new_seed);
+        if (flags & 2) buf[i] = (Word)jetmem_pattern(i, new_seed);
     }
+}
+
+extern "C" __global__ void jetmem_probe_u32(unsigned int* buf, unsigned long long start, long long step,
+                                            unsigned long long count, unsigned int expect_seed,
+                                            unsigned int new_seed, int flags, unsigned long long delay_ns,
+                                            unsigned long long* result)
+{
+    jetmem_probe(buf, start, step, count, expect_seed, new_seed, flags, delay_ns, result);
 }
 
 extern "C" __global__ void jetmem_probe_u8(unsigned char* buf, unsigned long long start, long long step,
@@ -67,19 +77,7 @@ extern "C" __global__ void jetmem_probe_u8(unsigned char* buf, unsigned long lon
                                            unsigned int new_seed, int flags, unsigned long long delay_ns,
                                            unsigned long long* result)
 {
-    jetmem_delay_ns(delay_ns);
-    const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
-    for (unsigned long long k = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; k < count; k += stride) {
-        const unsigned long long i = (unsigned long long)((long long)start + (long long)k * step);
-        if (flags & 1) {
-            const unsigned char seen = buf[i];
-            if (seen != (unsigned char)(jetmem_pattern(i, expect_seed) & 0xffu)) {
-                atomicAdd(&result[0], 1ull);
-                atomicMin(&result[1], (i << 8) | (unsigned long long)seen);
-            }
-        }
-        if (flags & 2) buf[i] = (unsigned char)(jetmem_pattern(i, new_seed) & 0xffu);
-    }
+    jetmem_probe(buf, start, step, count, expect_seed, new_seed, flags, delay_ns, result);
 }
 
 // ---- state-machine kernels (pytest_jetmem.coherence_machine) ----
