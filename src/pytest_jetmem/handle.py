@@ -20,7 +20,7 @@ from .launch import Kernel, parse_signature
 from .modes import MemoryMode, get_mode, host_available_bytes
 from .stats import StoppingRule
 from .strict import TegraStrict
-from .timing import MeasureCall, Measurement, measure
+from .timing import MeasureCall, Measurement, Sampler, measure
 
 
 class Runtime:
@@ -335,28 +335,14 @@ class Jetmem:
         """
         if repeats < 1 or warmup < 0:
             raise ValueError(f"{self.nodeid}: time_gpu: repeats >= 1 and warmup >= 0, got {repeats}, {warmup}")
-        drv = self._drv
         for _ in range(warmup):
             fn()
         self.synchronize()
-        blocker = self._rt.blocker(self) if block_stream else None
-        start, end = drv.event_create(), drv.event_create()
+        sampler = Sampler(self, fn, "kernel", block_stream=block_stream)
         try:
-            out = np.empty(repeats)
-            for i in range(repeats):
-                if blocker is not None:
-                    blocker.hold()
-                drv.event_record(start, self.stream)
-                fn()
-                drv.event_record(end, self.stream)
-                if blocker is not None:
-                    blocker.release()
-                drv.event_synchronize(end)
-                out[i] = drv.event_elapsed_ms(start, end)
-            return out
+            return np.array([sampler.sample() for _ in range(repeats)])
         finally:
-            drv.event_destroy(start)
-            drv.event_destroy(end)
+            sampler.close()
 
     # -- synchronisation ---------------------------------------------------------------------------
     def synchronize(self) -> None:

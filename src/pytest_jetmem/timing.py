@@ -111,6 +111,7 @@ class Sampler:
         inputs: Sequence[tuple[Buffer, np.ndarray]] = (),
         outputs: Sequence[Buffer] = (),
         flush_l2: bool = False,
+        block_stream: bool = True,
     ) -> None:
         self.jm = jm
         self.fn = fn
@@ -118,6 +119,7 @@ class Sampler:
         self.inputs = [(b, np.ascontiguousarray(a, dtype=b.dtype).reshape(b.shape)) for b, a in inputs]
         self.outputs = [(b, np.empty(b.shape, b.dtype)) for b in outputs]
         self.flush_l2 = flush_l2
+        self.block_stream = block_stream
         drv = jm._drv
         self._start, self._end = drv.event_create(), drv.event_create()
 
@@ -132,7 +134,7 @@ class Sampler:
         jm, drv = self.jm, self.jm._drv
         if self.flush_l2:
             jm._rt.flush_l2()
-        blocker = jm._rt.blocker(jm)
+        blocker = jm._rt.blocker(jm) if self.block_stream else None
         t0 = time.perf_counter()
         if blocker is not None:
             blocker.hold()
