@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from fakes.child_results import child_result
 from fakes.fake_driver import FakeDriver
 from pytest_jetmem import attach, driver, plugin_concurrency, strict
 from pytest_jetmem.compiler import KernelCache
@@ -185,30 +186,13 @@ def test_marker_is_registered(pytester: pytest.Pytester) -> None:
 # The verdict, from every kind of child ending
 
 
-def child(outcome: Outcome, **kw: object) -> ChildResult:
-    fields: dict = dict(
-        outcome=outcome,
-        returncode=0,
-        signal_name=None,
-        message=None,
-        cuda_error_name=None,
-        duration_s=0.1,
-        stdout="",
-        stderr="",
-        report=None,
-    )
-    if outcome is Outcome.FAULT:
-        fields.update(returncode=-11, signal_name="SIGSEGV", message="the child was killed by SIGSEGV")
-    fields.update(kw)
-    return ChildResult(**fields)
-
-
-PASSED, FAULT, FAILED = child(Outcome.PASSED), child(Outcome.FAULT), child(Outcome.FAILED, message="assert 1 == 2")
-SIGBUS = child(Outcome.FAULT, returncode=-7, signal_name="SIGBUS")
-CUDA = child(Outcome.CUDA_ERROR, cuda_error_name="CUDA_ERROR_ILLEGAL_ADDRESS", message="sync failed")
-TIMEOUT = child(Outcome.TIMEOUT, message="the child did not finish within 1 s")
-ABORT = child(Outcome.SIGNAL, returncode=-6, signal_name="SIGABRT")
-CRASHED = child(Outcome.CRASHED, message="the child exited with status 4 without writing a result")
+PASSED, FAULT = child_result(Outcome.PASSED), child_result(Outcome.FAULT)
+FAILED = child_result(Outcome.FAILED, message="assert 1 == 2")
+SIGBUS = child_result(Outcome.FAULT, returncode=-7, signal_name="SIGBUS")
+CUDA = child_result(Outcome.CUDA_ERROR, cuda_error_name="CUDA_ERROR_ILLEGAL_ADDRESS", message="sync failed")
+TIMEOUT = child_result(Outcome.TIMEOUT, message="the child did not finish within 1 s")
+ABORT = child_result(Outcome.SIGNAL, returncode=-6, signal_name="SIGABRT")
+CRASHED = child_result(Outcome.CRASHED, message="the child exited with status 4 without writing a result")
 
 
 @pytest.mark.parametrize(
@@ -271,13 +255,13 @@ def test_judge_messages() -> None:
 
 
 def test_judge_skipped_child_skips() -> None:
-    verdict = judge("fault", child(Outcome.SKIPPED, message="no GPU"), None)
+    verdict = judge("fault", child_result(Outcome.SKIPPED, message="no GPU"), None)
     assert (verdict.outcome, verdict.message) == ("skipped", "the test was skipped in the child: no GPU")
 
 
 def test_judge_tegra_strict() -> None:
     violation = "t: Tegra-strict: host view (Buffer.host) of managed <Buffer ...> ..."
-    strict_failed = child(Outcome.FAILED, message="TegraStrictError: ...")
+    strict_failed = child_result(Outcome.FAILED, message="TegraStrictError: ...")
     # a strict violation is an emulated fault
     verdict = judge("ok", strict_failed, 1, tegra_strict=True, strict_violation=violation)
     assert verdict.outcome == "failed"

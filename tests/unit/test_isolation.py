@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 import pytest_jetmem
+from fakes.child_results import child_result
 from pytest_jetmem.isolation import (
     CHILD_RESULT_ENV,
     ChildResult,
@@ -324,22 +325,6 @@ def test_classify_messages() -> None:
 # -- explain ------------------------------------------------------------------------------------------------
 
 
-def make(outcome: Outcome, **kw) -> ChildResult:
-    fields = dict(
-        outcome=outcome,
-        returncode=0,
-        signal_name=None,
-        message=None,
-        cuda_error_name=None,
-        duration_s=0.1,
-        stdout="",
-        stderr="",
-        report=None,
-    )
-    fields.update(kw)
-    return ChildResult(**fields)
-
-
 JETSON_TEXT = (
     "the child was killed by SIGSEGV: on a device without concurrent managed access "
     "(CONCURRENT_MANAGED_ACCESS=0, e.g. Jetson) the CPU touched managed memory while the GPU was busy; "
@@ -349,51 +334,52 @@ JETSON_TEXT = (
 
 
 def test_explain_fault_on_jetson() -> None:
-    r = make(Outcome.FAULT, returncode=-11, signal_name="SIGSEGV", stderr="Fatal Python error: x\nline 2\n")
+    r = child_result(Outcome.FAULT, returncode=-11, signal_name="SIGSEGV", stderr="Fatal Python error: x\nline 2\n")
     text = explain(r, 0)
     assert text.startswith(JETSON_TEXT)
     assert "    line 2" in text  # stderr tail
 
 
 def test_explain_fault_sigbus_on_jetson() -> None:
-    r = make(Outcome.FAULT, returncode=-7, signal_name="SIGBUS")
+    r = child_result(Outcome.FAULT, returncode=-7, signal_name="SIGBUS")
     assert explain(r, 0).startswith("the child was killed by SIGBUS: on a device without concurrent")
 
 
 def test_explain_fault_with_concurrent_access() -> None:
-    text = explain(make(Outcome.FAULT, returncode=-11, signal_name="SIGSEGV"), 1)
+    text = explain(child_result(Outcome.FAULT, returncode=-11, signal_name="SIGSEGV"), 1)
     assert "CONCURRENT_MANAGED_ACCESS=1" in text
     assert "not the managed-memory concurrency rule" in text
     assert "jetmem.attach_host" not in text
 
 
 def test_explain_fault_unknown_attribute() -> None:
-    text = explain(make(Outcome.FAULT, returncode=-11, signal_name="SIGSEGV"), None)
+    text = explain(child_result(Outcome.FAULT, returncode=-11, signal_name="SIGSEGV"), None)
     assert "unknown" in text and "jetmem.attach_host(buf)" in text
 
 
 def test_explain_signal_shows_stderr_tail() -> None:
     stderr = "\n".join(f"line {i}" for i in range(100)) + "\nAborted (core dumped)\n"
-    text = explain(make(Outcome.SIGNAL, returncode=-6, signal_name="SIGABRT", stderr=stderr), 0)
+    text = explain(child_result(Outcome.SIGNAL, returncode=-6, signal_name="SIGABRT", stderr=stderr), 0)
     assert text.startswith("the child was killed by SIGABRT")
     assert "Aborted (core dumped)" in text
     assert "line 0\n" not in text  # only the tail
 
 
 def test_explain_crashed_falls_back_to_stdout() -> None:
-    r = make(Outcome.CRASHED, returncode=1, message="exited with status 1", stdout="E   ImportError: nope")
+    r = child_result(Outcome.CRASHED, returncode=1, message="exited with status 1", stdout="E   ImportError: nope")
     text = explain(r, 0)
     assert "exited with status 1" in text and "stdout" in text and "ImportError: nope" in text
 
 
 def test_explain_timeout_cuda_failed_skipped_passed() -> None:
-    assert "within 1 s" in explain(make(Outcome.TIMEOUT, message="did not finish within 1 s"), 0)
-    cuda = make(Outcome.CUDA_ERROR, cuda_error_name="CUDA_ERROR_ILLEGAL_ADDRESS", message="sync failed")
+    assert "within 1 s" in explain(child_result(Outcome.TIMEOUT, message="did not finish within 1 s"), 0)
+    cuda = child_result(Outcome.CUDA_ERROR, cuda_error_name="CUDA_ERROR_ILLEGAL_ADDRESS", message="sync failed")
     text = explain(cuda, 0)
     assert "CUDA_ERROR_ILLEGAL_ADDRESS: sync failed" in text and "sticky" in text
-    assert explain(make(Outcome.FAILED, message="assert 1 == 2"), 0) == ("the test failed in the child: assert 1 == 2")
-    assert "no GPU" in explain(make(Outcome.SKIPPED, message="no GPU"), 0)
-    assert explain(make(Outcome.PASSED), 1) == "the test passed in the child"
+    failed = child_result(Outcome.FAILED, message="assert 1 == 2")
+    assert explain(failed, 0) == "the test failed in the child: assert 1 == 2"
+    assert "no GPU" in explain(child_result(Outcome.SKIPPED, message="no GPU"), 0)
+    assert explain(child_result(Outcome.PASSED), 1) == "the test passed in the child"
 
 
 def test_explain_real_fault_end_to_end() -> None:
