@@ -8,18 +8,10 @@
 set -o pipefail
 OUT=${OUT:-/tmp/jetmem-out}; mkdir -p "$OUT"
 WHEELS=${WHEELS:-.wheels12}
-export PYTHONUNBUFFERED=1 JETMEM_CACHE_DIR=/tmp/jetmem-cache-cu12
+export PYTHONUNBUFFERED=1 JETMEM_CACHE_DIR=/tmp/jetmem-cache-cu12 OUT
 python3 -m pip wheel -q --no-deps --no-build-isolation -w /tmp/jetmem-wheel . 2>&1 | grep -v -i warning | tail -3
 python3 -m venv /tmp/cu12
 /tmp/cu12/bin/pip install -q --no-index --find-links "$WHEELS" "$WHEELS"/*.whl /tmp/jetmem-wheel/pytest_jetmem-*.whl \
   2>&1 | tail -3
-PY=/tmp/cu12/bin/python
-{
-  date -u; nvidia-smi --query-gpu=name,driver_version,memory.free,memory.total --format=csv
-  $PY -c "import cuda.bindings, numpy, pytest; print('cuda-bindings', cuda.bindings.__version__, 'numpy', numpy.__version__, 'pytest', pytest.__version__)"
-  $PY -c "from cuda.bindings import nvrtc; e, a, b = nvrtc.nvrtcVersion(); print('NVRTC', a, b, e)"
-  $PY -m pip list 2>/dev/null | grep -i -E "cuda|nvrtc|jetmem"
-} 2>&1 | tee "$OUT/env.txt"
 /tmp/cu12/bin/pytest-jetmem-demo 2>&1 | tee "$OUT/demo.log"
-JETMEM_RESULTS="$OUT/gpu_results.json" $PY -m pytest -q -rs -p no:randomly -p no:cacheprovider \
-  --junitxml="$OUT/junit.xml" "${@:-tests}" 2>&1 | tee "$OUT/pytest.log"
+PY=/tmp/cu12/bin/python JETMEM_INSTALLED=1 bash "$(dirname "$0")/gpu_run.sh" "$@"
