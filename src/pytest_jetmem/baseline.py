@@ -45,13 +45,13 @@ import math
 import numbers
 import os
 import re
-import tempfile
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, fields
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from .atomic import write_atomic
 from .errors import JetmemError
 from .stats import Summary, summarize
 
@@ -339,35 +339,12 @@ def _parse(doc: Any, name: str, path: Path) -> Baseline:
     )
 
 
-def _fsync_dir(directory: Path) -> None:
-    with contextlib.suppress(OSError):
-        fd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
 def _atomic_write(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically: temporary sibling, flush, fsync, os.replace."""
+    """Write ``data`` to ``path`` atomically (:func:`write_atomic`, the folder fsynced too)."""
     try:
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        write_atomic(path, data, sync_dir=True)
     except OSError as exc:
         raise BaselineError(path, f"cannot write: {exc}") from exc
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException as exc:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        if isinstance(exc, OSError):
-            raise BaselineError(path, f"cannot write: {exc}") from exc
-        raise
-    _fsync_dir(path.parent)
 
 
 MAX_RUNS = 50

@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 import os
 import platform
-import tempfile
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
+
+from .atomic import write_atomic
 
 
 def benchmark_json(rows: Iterable[Mapping[str, Any]], machine: Mapping[str, Any]) -> dict[str, Any]:
@@ -66,14 +67,7 @@ def benchmark_json(rows: Iterable[Mapping[str, Any]], machine: Mapping[str, Any]
 
 
 def write_benchmark_json(path: str | os.PathLike[str], doc: Mapping[str, Any]) -> None:
-    """Write atomically (temporary file, then rename)."""
+    """Write atomically (:func:`write_atomic`), creating the folder if needed."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
-    try:
-        with os.fdopen(fd, "w") as fh:
-            json.dump(doc, fh, indent=2)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomic(target, json.dumps(doc, indent=2))

@@ -9,12 +9,12 @@ import hashlib
 import json
 import os
 import re
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from . import driver
+from .atomic import write_atomic
 from .errors import CompileError
 
 CACHE_FORMAT = 1
@@ -88,24 +88,11 @@ class KernelCache:
     def put(self, key: str, cubin: bytes, meta: dict[str, Any]) -> None:
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
-            _atomic_write(self.directory / f"{key}.cubin", cubin)
+            write_atomic(self.directory / f"{key}.cubin", cubin)
             sidecar = {**meta, "size": len(cubin), "sha256": hashlib.sha256(cubin).hexdigest()}
-            _atomic_write(self.directory / f"{key}.json", json.dumps(sidecar).encode())
+            write_atomic(self.directory / f"{key}.json", json.dumps(sidecar).encode())
         except OSError:
             pass  # a read-only cache costs a recompile next time, nothing more
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def compile_kernel(

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
+from pytest_jetmem.atomic import write_atomic
 from pytest_jetmem.errors import STICKY_ERRORS
 
 __all__ = [
@@ -104,7 +105,7 @@ def write_child_result(
     message: str,
     cuda_error: str | None = None,
 ) -> None:
-    """Write the child's result atomically (a temporary file in the same folder, then ``os.replace``).
+    """Write the child's result atomically (:func:`~pytest_jetmem.atomic.write_atomic`).
 
     ``outcome`` is "passed", "failed" or "skipped" (an :class:`Outcome` of those values is accepted);
     ``cuda_error`` is the CUDA error name, e.g. ``CUDA_ERROR_ILLEGAL_ADDRESS``, when one caused the failure.
@@ -115,16 +116,7 @@ def write_child_result(
     if cuda_error is not None and not isinstance(cuda_error, str):
         raise TypeError(f"cuda_error must be a str or None, not {type(cuda_error).__name__}")
     payload = {"outcome": value, "message": str(message)[:_MAX_MESSAGE_CHARS], "cuda_error": cuda_error}
-    target = os.fspath(path)
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(target) or ".", prefix=".jetmem-result-", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(payload, fh)
-        os.replace(tmp, target)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    write_atomic(path, json.dumps(payload))
 
 
 # ----------------------------------------------------------------------------------------------------------

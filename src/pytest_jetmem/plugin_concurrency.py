@@ -40,6 +40,7 @@ from typing import Any
 import pytest
 
 from . import strict
+from .atomic import write_atomic
 from .errors import CudaError
 from .isolation import CHILD_RESULT_ENV, ChildResult, Outcome, explain, run_child, write_child_result
 
@@ -308,7 +309,7 @@ class ChildContext:
     def write_info(self, **values: Any) -> None:
         self.info.update(values)
         if self.info_path:
-            _write_json(self.info_path, self.info)
+            write_atomic(self.info_path, json.dumps(self.info))
 
     def write(self, outcome: str, message: str, cuda_error: str | None) -> None:
         write_child_result(self.result_path, outcome, message, cuda_error)
@@ -323,13 +324,6 @@ class ConcurrencyState:
 
 def _state(config: pytest.Config) -> ConcurrencyState:
     return config.stash[_STATE]
-
-
-def _write_json(path: str, data: dict[str, Any]) -> None:
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(data, fh)
-    os.replace(tmp, path)
 
 
 def _read_json(path: str) -> dict[str, Any]:

@@ -30,13 +30,13 @@ import json
 import math
 import os
 import re
-import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from .atomic import write_atomic
 from .baseline import Baseline, BaselineError, BaselineStore, Machine, entry_key
 
 __all__ = [
@@ -743,22 +743,6 @@ def json_path_for(path: str | os.PathLike[str]) -> Path:
     return p.with_name(p.name + ".json") if p.suffix.lower() == ".json" else p.with_suffix(".json")
 
 
-def _atomic_write_text(path: Path, text: str) -> None:
-    """Write ``text`` (UTF-8) atomically: a temporary sibling, fsync, ``os.replace``; nothing left on failure."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def write_report(
     path: str | os.PathLike[str],
     rows: Sequence[Mapping[str, Any]],
@@ -775,6 +759,7 @@ def write_report(
     created = _utc_now()
     doc = report_document(rows, machine=machine, trends=trends, notes=notes, created=created)
     page = render_html(rows, machine=machine, trends=trends, notes=notes, title=title, charts=charts, created=created)
-    _atomic_write_text(json_file, json.dumps(doc, indent=1, allow_nan=False) + "\n")
-    _atomic_write_text(html_path, page)
+    html_path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(json_file, json.dumps(doc, indent=1, allow_nan=False) + "\n")
+    write_atomic(html_path, page)
     return html_path, json_file

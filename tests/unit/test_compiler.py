@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from pytest_jetmem import compiler, driver, kernels
+from pytest_jetmem.atomic import write_atomic
 from pytest_jetmem.compiler import CompiledKernel, KernelCache, cache_key, compile_kernel
 from pytest_jetmem.errors import CompileError, CudaUnavailable
 
@@ -347,7 +348,7 @@ def test_failed_write_removes_its_temp_file(tmp_path: Path, monkeypatch: pytest.
 
     monkeypatch.setattr(compiler.os, "replace", boom)
     with pytest.raises(OSError, match="disk full"):
-        compiler._atomic_write(tmp_path / "x.cubin", b"data")
+        write_atomic(tmp_path / "x.cubin", b"data")
     assert entries(tmp_path) == []
 
     cache = KernelCache(tmp_path)
