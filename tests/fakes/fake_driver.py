@@ -50,6 +50,7 @@ import numpy as np
 
 from pytest_jetmem import driver as jdriver
 from pytest_jetmem.errors import STICKY_ERRORS, CudaError, CudaUnavailable
+from pytest_jetmem.kernels.reference import coherence_pattern
 
 try:  # the enums give the real error codes and attribute names; the fake works without them
     from cuda.bindings import driver as _cu
@@ -1088,19 +1089,6 @@ def _stream_read(fake: FakeDriver, launch: Launch) -> None:
     fake.view(launch.ptr(2), np.float32, 1)[0] += total
 
 
-def _pattern(n: int, seed: int) -> np.ndarray:
-    i = np.arange(n, dtype=np.uint64)
-    lo = (i & 0xFFFFFFFF).astype(np.uint32)
-    hi = (i >> np.uint64(32)).astype(np.uint32)
-    x = (lo * np.uint32(2654435761)) ^ (hi * np.uint32(0x85EBCA6B)) ^ np.uint32(seed)
-    x ^= x >> np.uint32(16)
-    x *= np.uint32(0x7FEB352D)
-    x ^= x >> np.uint32(15)
-    x *= np.uint32(0x846CA68B)
-    x ^= x >> np.uint32(16)
-    return x
-
-
 def _coherence_check_write(fake: FakeDriver, launch: Launch) -> None:
     n = launch.value(1, np.uint64)
     expect_seed, new_seed = launch.value(2, np.uint32), launch.value(3, np.uint32)
@@ -1108,11 +1096,11 @@ def _coherence_check_write(fake: FakeDriver, launch: Launch) -> None:
     buf = fake.view(launch.ptr(0), np.uint32, n)
     result = fake.view(launch.ptr(5), np.uint64, 2)
     if check:
-        bad = np.flatnonzero(buf != _pattern(n, expect_seed))
+        bad = np.flatnonzero(buf != coherence_pattern(n, expect_seed))
         if bad.size:
             result[0] += np.uint64(bad.size)
             result[1] = min(int(result[1]), int(bad[0]))
-    buf[:] = _pattern(n, new_seed)
+    buf[:] = coherence_pattern(n, new_seed)
 
 
 def _block_stream(fake: FakeDriver, launch: Launch) -> None:

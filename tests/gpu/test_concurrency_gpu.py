@@ -7,30 +7,15 @@ user's test file in a pytest subprocess, whose ``memmode_concurrency`` items run
 
 from __future__ import annotations
 
-import importlib.metadata
 import re
 from pathlib import Path
 
 import pytest
 
+from plugin_loading import plugin_args
 from pytest_jetmem.device import DeviceInfo
 
-PLUGIN_MODULE = "pytest_jetmem.plugin_concurrency"
-
-
-def _plugin_args() -> list[str]:
-    """``-p pytest_jetmem.plugin_concurrency`` unless pytest loads the plugin by itself already."""
-    for ep in importlib.metadata.entry_points(group="pytest11"):
-        if ep.value.split(":")[0] == PLUGIN_MODULE:
-            return []
-    from pytest_jetmem import plugin
-
-    if PLUGIN_MODULE in getattr(plugin, "pytest_plugins", ()):
-        return []
-    return ["-p", PLUGIN_MODULE]
-
-
-PLUGIN = _plugin_args()
+PLUGIN = plugin_args()
 
 # Spins for spin_ns nanoseconds of the GPU's global timer, then writes out[threadIdx.x].
 SPIN_SRC = r"""

@@ -7,7 +7,6 @@ in the pytester folder, so the child process gets one too.
 
 from __future__ import annotations
 
-import importlib.metadata
 import math
 import os
 import re
@@ -21,6 +20,7 @@ import pytest
 
 from fakes.child_results import child_result
 from fakes.fake_driver import FakeDriver
+from plugin_loading import plugin_args
 from pytest_jetmem import attach, driver, plugin_concurrency, strict
 from pytest_jetmem.compiler import KernelCache
 from pytest_jetmem.device import open_device
@@ -40,25 +40,7 @@ from pytest_jetmem.strict import Attachment, TegraStrict, TegraStrictError
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="child processes need POSIX process groups")
 
 TESTS_DIR = Path(__file__).resolve().parent.parent
-PLUGIN_MODULE = "pytest_jetmem.plugin_concurrency"
-
-
-def _plugin_args() -> list[str]:
-    """``-p pytest_jetmem.plugin_concurrency`` unless pytest loads the plugin by itself already.
-
-    Naming a plugin with ``-p`` that an entry point registered under another name is an error in pytest.
-    """
-    for ep in importlib.metadata.entry_points(group="pytest11"):
-        if ep.value.split(":")[0] == PLUGIN_MODULE:
-            return []
-    from pytest_jetmem import plugin
-
-    if PLUGIN_MODULE in getattr(plugin, "pytest_plugins", ()):
-        return []
-    return ["-p", PLUGIN_MODULE]
-
-
-PLUGIN = _plugin_args()
+PLUGIN = plugin_args()
 
 
 def fake_conftest(parent: str = "no_device", child: str = "orin") -> str:
