@@ -29,6 +29,11 @@ _STATE = pytest.StashKey["State"]()
 STOPPING_RULE = pytest.StashKey[StoppingRule]()  # set by the runtime plugin from its options
 
 
+def option_group(parser: pytest.Parser) -> pytest.OptionGroup:
+    """The one ``--help`` group every half of the plugin adds its options to."""
+    return parser.getgroup("jetmem", "memory-mode testing of CUDA code (pytest-jetmem)")
+
+
 class State:
     """Per-session plugin state: the selected modes and, once probed, the device."""
 
@@ -61,7 +66,7 @@ class State:
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("jetmem", "memory-mode testing of CUDA code (pytest-jetmem)")
+    group = option_group(parser)
     group.addoption(
         "--jetmem-modes",
         dest="jetmem_modes",

@@ -43,6 +43,7 @@ from . import strict
 from .atomic import write_atomic
 from .errors import CudaError
 from .isolation import CHILD_RESULT_ENV, ChildResult, Outcome, explain, run_child, write_child_result
+from .plugin import option_group
 
 __all__ = [
     "DEFAULT_EXPECT",
@@ -340,7 +341,7 @@ def _read_json(path: str) -> dict[str, Any]:
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("jetmem", "memory-mode testing of CUDA code (pytest-jetmem)")
+    group = option_group(parser)
     group.addoption(
         "--jetmem-tegra-strict",
         dest="jetmem_tegra_strict",

@@ -17,12 +17,13 @@ from typing import Any
 import pytest
 
 from . import report
+from .plugin import option_group
 
 _REPORT = pytest.StashKey["ReportWriter"]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("jetmem", "memory-mode testing of CUDA code (pytest-jetmem)")
+    group = option_group(parser)
     group.addoption(
         "--jetmem-report",
         dest="jetmem_report",

@@ -23,7 +23,7 @@ from .benchjson import benchmark_json, write_benchmark_json
 from .compare import Verdict, compare_runs
 from .handle import Jetmem
 from .jetson import JetsonState, read_jetson_state, timing_warnings
-from .plugin import STOPPING_RULE, _state
+from .plugin import STOPPING_RULE, _state, option_group
 from .rerun import more_runs, side_by_side
 from .runtime_spec import MARKER, RuntimeSpec, parse_runtime_marker
 from .stats import StoppingRule
@@ -59,7 +59,7 @@ class RuntimeState:
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("jetmem")
+    group = option_group(parser)
     group.addoption(
         "--jetmem-save",
         nargs="?",
