@@ -33,8 +33,6 @@ PYTEST = [
     "no:cacheprovider",
     "-p",
     "pytest_jetmem.plugin",
-    "-p",
-    "pytest_jetmem.plugin_runtime",
 ]
 QUIET_ENV = {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
 

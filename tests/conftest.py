@@ -4,7 +4,7 @@ pytest puts this folder on ``sys.path`` when it loads this conftest (``tests/`` 
 ``from fakes.fake_driver import FakeDriver`` works here, in the test modules and in the conftest of
 a ``pytester`` run in this process.
 
-In-process ``pytester`` runs share ``pytest_jetmem.driver`` with this process, and the plugin of the
+In-process ``pytester`` runs share ``pytest_jetmem.cuda.driver`` with this process, and the plugin of the
 inner run opens the device lazily (its report header is the first user), so a fake installed by the
 outer test before ``pytester.runpytest()`` is the one the inner run talks to, and the outer test can
 inspect it afterwards. The fixtures put the previous backend back when the test ends.
@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from fakes.fake_driver import FakeDriver
-from pytest_jetmem import driver
+from pytest_jetmem.cuda import driver
 
 # An in-process pytester run drops every module it imported when it ends. hypothesis' pytest plugin imports
 # hypothesis.internal.observability at the end of each session, which then costs ~2 s per run (the import

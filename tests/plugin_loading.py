@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import importlib.metadata
 
-PLUGIN_MODULE = "pytest_jetmem.plugin_concurrency"
+PLUGIN_MODULE = "pytest_jetmem.plugin.concurrency"
 
 
 def plugin_args() -> list[str]:
-    """``-p pytest_jetmem.plugin_concurrency`` unless pytest loads the plugin by itself already.
+    """``-p pytest_jetmem.plugin.concurrency`` unless pytest loads the plugin by itself already.
 
     Naming a plugin with ``-p`` that an entry point registered under another name is an error in pytest.
     """

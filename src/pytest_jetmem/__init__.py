@@ -2,41 +2,113 @@
 
 Inside pytest, use the ``jetmem`` fixture with ``@pytest.mark.memmode``. Outside pytest (scripts,
 notebooks, child processes), :func:`open_handle` gives the same handle.
+
+The names below are the public face; each is imported on first use, so loading the pytest plugin does not
+import hypothesis or the CUDA bindings. The layers under it are described in docs/architecture.md.
 """
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
-from pathlib import Path
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
+if TYPE_CHECKING:
+    from pytest_jetmem import kernels
+    from pytest_jetmem.correctness import strategies
+    from pytest_jetmem.correctness.state_machine import CoherenceMachine, default_settings
+    from pytest_jetmem.cuda import attach
+    from pytest_jetmem.cuda.buffer import Buffer
+    from pytest_jetmem.cuda.device import DeviceInfo
+    from pytest_jetmem.cuda.launch import Kernel
+    from pytest_jetmem.errors import (
+        AllocationRefused,
+        AttachError,
+        BaselineError,
+        BaselineNotFound,
+        CompileError,
+        CudaError,
+        CudaUnavailable,
+        HostAccessError,
+        JetmemError,
+        LaunchArgumentError,
+        ModeUnsupported,
+        TegraStrictError,
+    )
+    from pytest_jetmem.handle import Jetmem, open_handle
+    from pytest_jetmem.measure.timing import Measurement
 
-@contextlib.contextmanager
-def open_handle(mode: str = "device", cache_dir: str | Path | None = None) -> Iterator[object]:
-    """Open the CUDA device and yield a ``Jetmem`` handle for ``mode``; everything is freed on exit.
+# public name -> (module, attribute or None for the module itself)
+_EXPORTS: dict[str, tuple[str, str | None]] = {
+    "open_handle": ("pytest_jetmem.handle", "open_handle"),
+    "Jetmem": ("pytest_jetmem.handle", "Jetmem"),
+    "Buffer": ("pytest_jetmem.cuda.buffer", "Buffer"),
+    "Kernel": ("pytest_jetmem.cuda.launch", "Kernel"),
+    "DeviceInfo": ("pytest_jetmem.cuda.device", "DeviceInfo"),
+    "Measurement": ("pytest_jetmem.measure.timing", "Measurement"),
+    "CoherenceMachine": ("pytest_jetmem.correctness.state_machine", "CoherenceMachine"),
+    "default_settings": ("pytest_jetmem.correctness.state_machine", "default_settings"),
+    "kernels": ("pytest_jetmem.kernels", None),
+    "strategies": ("pytest_jetmem.correctness.strategies", None),
+    "attach": ("pytest_jetmem.cuda.attach", None),
+    **{
+        name: ("pytest_jetmem.errors", name)
+        for name in (
+            "JetmemError",
+            "CudaError",
+            "CudaUnavailable",
+            "CompileError",
+            "ModeUnsupported",
+            "AllocationRefused",
+            "LaunchArgumentError",
+            "HostAccessError",
+            "AttachError",
+            "TegraStrictError",
+            "BaselineError",
+            "BaselineNotFound",
+        )
+    },
+}
 
-    Raises :class:`pytest_jetmem.errors.CudaUnavailable` where there is no driver, device or NVRTC.
-    """
-    from .compiler import KernelCache
-    from .device import open_device
-    from .errors import CudaUnavailable
-    from .handle import Jetmem, Runtime
-    from .modes import get_mode
+__all__ = [  # the same names as _EXPORTS, spelled out for type checkers and linters
+    "AllocationRefused",
+    "AttachError",
+    "BaselineError",
+    "BaselineNotFound",
+    "Buffer",
+    "CoherenceMachine",
+    "CompileError",
+    "CudaError",
+    "CudaUnavailable",
+    "DeviceInfo",
+    "HostAccessError",
+    "Jetmem",
+    "JetmemError",
+    "Kernel",
+    "LaunchArgumentError",
+    "Measurement",
+    "ModeUnsupported",
+    "TegraStrictError",
+    "__version__",
+    "attach",
+    "default_settings",
+    "kernels",
+    "open_handle",
+    "strategies",
+]
 
-    avail = open_device()
-    if not avail.ok or avail.device is None:
-        raise CudaUnavailable(avail.reason)
-    runtime = Runtime(avail.device, KernelCache(cache_dir))
+
+def __getattr__(name: str) -> Any:
     try:
-        reason = get_mode(mode).unsupported_reason(avail.device.info)
-        if reason:
-            raise CudaUnavailable(reason)
-        handle = Jetmem(runtime, mode, nodeid=f"open_handle({mode!r})")
-        try:
-            yield handle
-        finally:
-            handle.close()
-    finally:
-        runtime.close()
+        module, attr = _EXPORTS[name]
+    except KeyError:
+        raise AttributeError(f"module 'pytest_jetmem' has no attribute {name!r}") from None
+    obj = importlib.import_module(module)
+    value = obj if attr is None else getattr(obj, attr)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

@@ -1,6 +1,12 @@
-"""Exceptions raised by pytest-jetmem."""
+"""Every exception pytest-jetmem raises, all deriving from :class:`JetmemError`.
+
+Catch ``JetmemError`` for all of them; docs/reference.md lists when each is raised.
+"""
 
 from __future__ import annotations
+
+import os
+from pathlib import Path
 
 
 class JetmemError(Exception):
@@ -65,3 +71,36 @@ class ModeUnsupported(JetmemError):
 
 class AllocationRefused(JetmemError):
     """An allocation was refused before the driver was asked (larger than free memory)."""
+
+
+class LaunchArgumentError(JetmemError, TypeError):
+    """A kernel launch argument does not fit the kernel's parameter (also a ``TypeError``)."""
+
+
+class HostAccessError(JetmemError):
+    """The buffer's memory mode has no host view, or the buffer was freed."""
+
+
+class AttachError(JetmemError):
+    """A stream attachment was asked of memory that cannot have one (not managed, freed, a bad stream)."""
+
+
+class TegraStrictError(JetmemError):
+    """A host access that would kill the process on Jetson (``CONCURRENT_MANAGED_ACCESS=0``)."""
+
+
+class BaselineError(JetmemError):
+    """A baseline file could not be read, written or used; the message starts with the file's path."""
+
+    def __init__(self, path: str | os.PathLike[str], reason: str) -> None:
+        self.path = Path(path)
+        self.reason = reason
+        super().__init__(f"{self.path}: {reason}")
+
+
+class BaselineExists(BaselineError):
+    """The baseline file exists from another session and overwriting was not asked for."""
+
+
+class BaselineNotFound(BaselineError):
+    """There is no baseline file of that name."""

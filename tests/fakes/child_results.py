@@ -5,7 +5,7 @@ from __future__ import annotations
 import signal
 from typing import Any
 
-from pytest_jetmem.isolation import ChildResult, Outcome
+from pytest_jetmem.correctness.isolation import ChildResult, Outcome
 
 
 def child_result(outcome: Outcome, **fields: Any) -> ChildResult:

@@ -1,8 +1,8 @@
-"""A fake CUDA driver for CPU-only tests: the methods of ``pytest_jetmem.driver.CudaDriver``, on host memory.
+"""A fake CUDA driver for CPU-only tests: the methods of ``pytest_jetmem.cuda.driver.CudaDriver``, on host memory.
 
 Only the driver boundary is faked. Everything above it (device probing, memory modes, buffers, the
 ``jetmem`` handle, argument packing, the plugin) runs for real against this object, installed with
-``pytest_jetmem.driver.install(FakeDriver(...))`` or ``driver.use(...)``.
+``pytest_jetmem.cuda.driver.install(FakeDriver(...))`` or ``driver.use(...)``.
 
 What it models, and checks the way the driver would:
 
@@ -48,7 +48,7 @@ from typing import Any
 
 import numpy as np
 
-from pytest_jetmem import driver as jdriver
+from pytest_jetmem.cuda import driver as jdriver
 from pytest_jetmem.errors import STICKY_ERRORS, CudaError, CudaUnavailable
 from pytest_jetmem.kernels.reference import coherence_pattern
 
@@ -353,7 +353,7 @@ class _Context:
 
 # -- the fake ------------------------------------------------------------------------------------------
 class FakeDriver:
-    """Drop-in for ``pytest_jetmem.driver.CudaDriver`` on a machine without a GPU (see the module doc)."""
+    """Drop-in for ``pytest_jetmem.cuda.driver.CudaDriver`` on a machine without a GPU (see the module doc)."""
 
     def __init__(
         self,
@@ -1136,7 +1136,7 @@ def conftest_source(profile: str = "orin", **kwargs: Any) -> str:
             sys.path.insert(0, {str(TESTS_DIR)!r})
 
         from fakes.fake_driver import FakeDriver
-        from pytest_jetmem import driver
+        from pytest_jetmem.cuda import driver
 
         FAKE = FakeDriver({args})
         driver.install(FAKE)

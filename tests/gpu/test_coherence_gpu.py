@@ -1,8 +1,8 @@
 """Coherence on a real GPU: the helpers, the memmode_coherence marker and the hypothesis state machine.
 
-The planted bug (``pytest_jetmem.coherence.PLANTED_BUG`` or ``$JETMEM_PLANTED_BUG``) makes the host read path
-of one mode skip its synchronisation; with the GPU writes delayed (``gpu_delay_us``) the host then reads
-stale data every time, and both the marker and the state machine must say so.
+The planted bug (tests/fakes/planted.py) makes the host read path of one mode skip its synchronisation; with the GPU
+writes delayed (``gpu_delay_us``) the host then reads stale data every time, and both the marker and the state
+machine must say so.
 """
 
 from __future__ import annotations
@@ -15,8 +15,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from pytest_jetmem import coherence
-from pytest_jetmem.coherence_machine import CoherenceMachine, default_settings
+from fakes import planted
+from pytest_jetmem.correctness import coherence
+from pytest_jetmem.correctness.state_machine import CoherenceMachine, default_settings
 from pytest_jetmem.kernels.reference import coherence_pattern
 
 PLANTED_DELAY_US = 5000  # each GPU write waits 5 ms: a host read that does not wait sees stale data
@@ -26,9 +27,9 @@ MODES = ("device", "managed", "zero_copy")
 def plugin_args() -> list[str]:
     """``-p`` for the coherence plugin unless its entry point already loads it (both would clash)."""
     eps = importlib.metadata.entry_points(group="pytest11")
-    if any(ep.value == "pytest_jetmem.plugin_coherence" for ep in eps):
+    if any(ep.value == "pytest_jetmem.plugin.coherence" for ep in eps):
         return []
-    return ["-p", "pytest_jetmem.plugin_coherence"]
+    return ["-p", "pytest_jetmem.plugin.coherence"]
 
 
 def planted_modes(info: Any) -> list[str]:
@@ -40,12 +41,6 @@ def planted_modes(info: Any) -> list[str]:
 def _steps(exc: BaseException) -> list[str]:
     notes = getattr(exc, "__notes__", [])
     return [n for n in notes if re.match(r"^(\w+ = )?state\.\w+\(", n) and not n.startswith("state.teardown")]
-
-
-@pytest.fixture(autouse=True)
-def no_planted_bug(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(coherence, "PLANTED_BUG", None)
-    monkeypatch.delenv("JETMEM_PLANTED_BUG", raising=False)
 
 
 # -- the helpers --------------------------------------------------------------------------------------------------
@@ -104,14 +99,14 @@ def test_check_round_trips_on_correct_code(jetmem, cpu_touch):
 def test_check_round_trips_finds_the_planted_bug(jetmem, memmode, jetmem_device, monkeypatch):
     if memmode not in planted_modes(jetmem_device):
         pytest.skip("managed: CONCURRENT_MANAGED_ACCESS=0, a host read during a kernel would kill the process")
-    monkeypatch.setattr(coherence, "PLANTED_BUG", f"skip_sync_on_{memmode}_read")
+    planted.plant(monkeypatch, f"skip_sync_on_{memmode}_read")
     buf = jetmem.empty(4096, np.float32)
     buf.label = "frame"
     problems = coherence.check_round_trips(jetmem, buf, rounds=2, delay_us=PLANTED_DELAY_US)
     assert len(problems) == 1
     assert problems[0].startswith(f"'frame' [{memmode}]: round 1/2: the CPU read what a kernel wrote: ")
     assert "first differing index 0 (word 0 of the uint32 view)" in problems[0]
-    monkeypatch.setattr(coherence, "PLANTED_BUG", None)
+    monkeypatch.undo()  # the correct read path again
     assert coherence.check_round_trips(jetmem, buf, rounds=2, delay_us=PLANTED_DELAY_US) == []
 
 
@@ -156,7 +151,7 @@ def test_marker_passes_in_every_mode_on_correct_code(pytester, jetmem_device):
 def test_marker_fails_on_the_planted_bug(pytester, jetmem_device, monkeypatch, mode):
     if mode not in planted_modes(jetmem_device):
         pytest.skip("managed: CONCURRENT_MANAGED_ACCESS=0, a host read during a kernel would kill the process")
-    monkeypatch.setenv("JETMEM_PLANTED_BUG", f"skip_sync_on_{mode}_read")
+    pytester.makeconftest(planted.conftest_source(f"skip_sync_on_{mode}_read"))
     pytester.makepyfile(test_marked=MARKED.replace("{delay}", str(PLANTED_DELAY_US)))
     result = pytester.runpytest_subprocess(*plugin_args(), "-p", "no:randomly", "-k", "test_pipeline", "-v")
     result.assert_outcomes(passed=2, failed=1, deselected=6)
@@ -189,7 +184,7 @@ def test_state_machine_passes_on_correct_code(jetmem, memmode, gpu_results):
 def test_state_machine_finds_the_planted_bug(jetmem, memmode, jetmem_device, monkeypatch, gpu_results):
     if memmode not in planted_modes(jetmem_device):
         pytest.skip("managed: CONCURRENT_MANAGED_ACCESS=0, a host read during a kernel would kill the process")
-    monkeypatch.setattr(coherence, "PLANTED_BUG", f"skip_sync_on_{memmode}_read")
+    planted.plant(monkeypatch, f"skip_sync_on_{memmode}_read")
     start = time.perf_counter()
     with pytest.raises(AssertionError) as exc:
         CoherenceMachine.run_with(

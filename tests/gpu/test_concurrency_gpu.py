@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from plugin_loading import plugin_args
-from pytest_jetmem.device import DeviceInfo
+from pytest_jetmem.cuda.device import DeviceInfo
 
 PLUGIN = plugin_args()
 
@@ -33,7 +33,7 @@ extern "C" __global__ void spin_then_write(float* out, unsigned long long spin_n
 USER_FILE = """
 import ctypes
 import numpy as np, pytest
-from pytest_jetmem import attach
+from pytest_jetmem.cuda import attach
 
 SRC = SPIN_SRC_LITERAL
 SPIN_NS = 500_000_000  # half a second: the CPU touches below happen while the kernel runs

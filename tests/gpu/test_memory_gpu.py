@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from pytest_jetmem.buffer import HostAccessError
+from pytest_jetmem.cuda.buffer import HostAccessError
 from pytest_jetmem.errors import AllocationRefused
 
 

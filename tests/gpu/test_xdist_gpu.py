@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from pytest_jetmem import driver
+from pytest_jetmem.cuda import driver
 
 WORKER_FILE = """
 import json, os

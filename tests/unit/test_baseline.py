@@ -1,4 +1,4 @@
-"""Unit tests of pytest_jetmem.baseline (no GPU)."""
+"""Unit tests of pytest_jetmem.measure.baseline (no GPU)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_jetmem.baseline import (
+from pytest_jetmem.errors import JetmemError
+from pytest_jetmem.measure.baseline import (
     FINGERPRINT_FIELDS,
     Baseline,
     BaselineError,
@@ -20,8 +21,7 @@ from pytest_jetmem.baseline import (
     Machine,
     entry_key,
 )
-from pytest_jetmem.errors import JetmemError
-from pytest_jetmem.stats import summarize
+from pytest_jetmem.measure.stats import summarize
 
 H100 = Machine(
     device_name="NVIDIA H100 80GB HBM3",

@@ -22,14 +22,17 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from fakes import planted
 from fakes.fake_driver import FakeDriver, FakeFault, Launch
-from pytest_jetmem import coherence, driver, open_handle
-from pytest_jetmem import strategies as jst
-from pytest_jetmem.coherence_machine import MACHINE_SOURCE, CoherenceMachine, CoherenceModel, default_settings
-from pytest_jetmem.compiler import compile_kernel
+from pytest_jetmem import open_handle
+from pytest_jetmem.correctness import coherence
+from pytest_jetmem.correctness import strategies as jst
+from pytest_jetmem.correctness.state_machine import MACHINE_SOURCE, CoherenceMachine, CoherenceModel, default_settings
+from pytest_jetmem.cuda import driver
+from pytest_jetmem.cuda.compiler import compile_kernel
+from pytest_jetmem.cuda.launch import POINTER, parse_signature
 from pytest_jetmem.kernels.reference import coherence_pattern
-from pytest_jetmem.launch import POINTER, parse_signature
-from pytest_jetmem.plugin_coherence import CoherenceOptions, parse_marker
+from pytest_jetmem.plugin.coherence import CoherenceOptions, parse_marker
 
 MODES = ("device", "managed", "zero_copy")
 FIXTURE_SETTINGS = settings(
@@ -202,12 +205,6 @@ def afake(make_fake: Callable[..., AsyncFake]) -> AsyncFake:
     return make_fake("orin")
 
 
-@pytest.fixture(autouse=True)
-def no_planted_bug(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(coherence, "PLANTED_BUG", None)
-    monkeypatch.delenv("JETMEM_PLANTED_BUG", raising=False)
-
-
 @contextlib.contextmanager
 def handle(mode: str) -> Iterator[Any]:
     with open_handle(mode) as jm:
@@ -217,9 +214,9 @@ def handle(mode: str) -> Iterator[Any]:
 def plugin_args() -> list[str]:
     """``-p`` for the coherence plugin unless its entry point already loads it (both would clash)."""
     eps = importlib.metadata.entry_points(group="pytest11")
-    if any(ep.value == "pytest_jetmem.plugin_coherence" for ep in eps):
+    if any(ep.value == "pytest_jetmem.plugin.coherence" for ep in eps):
         return []
-    return ["-p", "pytest_jetmem.plugin_coherence"]
+    return ["-p", "pytest_jetmem.plugin.coherence"]
 
 
 # -- the fake behaves like a GPU for what these tests rely on ---------------------------------------------------
@@ -306,17 +303,6 @@ def test_describe_mismatch_names_buffer_mode_index_and_values(afake: AsyncFake) 
         msg = coherence.describe_mismatch(raw, "x", 7, 1, 2)
         assert re.match(r"<Buffer managed int16 \(10,\) ptr=0x[0-9a-f]+> \[managed\]: x: 1 bytes differ; ", msg)
         assert "first differing index 3 (byte 7 of the uint8 view): read 0x01, expected 0x02" in msg
-
-
-def test_planted_bug_switch(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert coherence.planted_bug() is None
-    monkeypatch.setenv("JETMEM_PLANTED_BUG", "skip_sync_on_zero_copy_read")
-    assert coherence.planted_bug() == "skip_sync_on_zero_copy_read"
-    monkeypatch.setattr(coherence, "PLANTED_BUG", "skip_sync_on_managed_read")
-    assert coherence.planted_bug() == "skip_sync_on_managed_read"
-    monkeypatch.setattr(coherence, "PLANTED_BUG", "nonsense")
-    with pytest.raises(ValueError, match="unknown planted bug 'nonsense'"):
-        coherence.planted_bug()
 
 
 # -- cpu_touch / gpu_touch / cpu_read on every mode ------------------------------------------------------------
@@ -427,11 +413,11 @@ def test_check_round_trips_passes_on_correct_code(afake: AsyncFake, mode: str, c
         assert coherence.check_round_trips(jm, jm.empty(0, dtype)) == []
 
 
-@pytest.mark.parametrize(("bug", "mode"), sorted(coherence.PLANTED_BUGS.items()))
+@pytest.mark.parametrize(("bug", "mode"), sorted(planted.PLANTED_BUGS.items()))
 def test_check_round_trips_finds_the_planted_bug(
     afake: AsyncFake, monkeypatch: pytest.MonkeyPatch, bug: str, mode: str
 ) -> None:
-    monkeypatch.setattr(coherence, "PLANTED_BUG", bug)
+    planted.plant(monkeypatch, bug)
     with handle(mode) as jm:
         buf = jm.empty(64, np.float32)
         buf.label = "frame"
@@ -635,11 +621,11 @@ def test_marker_warns_when_there_is_nothing_to_check(pytester: pytest.Pytester, 
     result.stdout.fnmatch_lines(["*memmode_coherence: the test left no live jetmem buffer to check*"])
 
 
-@pytest.mark.parametrize(("bug", "mode"), sorted(coherence.PLANTED_BUGS.items()))
+@pytest.mark.parametrize(("bug", "mode"), sorted(planted.PLANTED_BUGS.items()))
 def test_marker_fails_on_the_planted_bug(
     pytester: pytest.Pytester, afake: AsyncFake, monkeypatch: pytest.MonkeyPatch, bug: str, mode: str
 ) -> None:
-    monkeypatch.setenv("JETMEM_PLANTED_BUG", bug)
+    planted.plant(monkeypatch, bug)  # the inline run shares this process's modules
     pytester.makepyfile(test_marked=MARKED_TESTS)
     reprec = pytester.inline_run(*plugin_args(), "-k", "many_buffers")
     reps = _reports(reprec)
@@ -794,12 +780,12 @@ def test_machine_passes_on_correct_code(make_fake: Callable[..., AsyncFake], pro
     assert fake.live == {}
 
 
-@pytest.mark.parametrize(("bug", "mode"), sorted(coherence.PLANTED_BUGS.items()))
+@pytest.mark.parametrize(("bug", "mode"), sorted(planted.PLANTED_BUGS.items()))
 def test_machine_finds_the_planted_bug_with_a_short_sequence(
     make_fake: Callable[..., AsyncFake], monkeypatch: pytest.MonkeyPatch, bug: str, mode: str
 ) -> None:
     make_fake("dgpu")
-    monkeypatch.setattr(coherence, "PLANTED_BUG", bug)
+    planted.plant(monkeypatch, bug)
     with handle(mode) as jm:
         with pytest.raises(AssertionError) as exc:
             CoherenceMachine.run_with(jm, default_settings(max_examples=200))
@@ -815,7 +801,7 @@ def test_machine_passes_in_modes_the_planted_bug_does_not_touch(
     make_fake: Callable[..., AsyncFake], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     make_fake("dgpu")
-    monkeypatch.setattr(coherence, "PLANTED_BUG", "skip_sync_on_zero_copy_read")
+    planted.plant(monkeypatch, "skip_sync_on_zero_copy_read")
     for mode in ("device", "managed"):
         with handle(mode) as jm:
             CoherenceMachine.run_with(jm, default_settings(max_examples=30))
@@ -885,7 +871,7 @@ def test_docs_strategies_example_runs_with_the_jetmem_fixture(pytester: pytest.P
         """
         import pytest
         from hypothesis import HealthCheck, given, settings, strategies as st
-        from pytest_jetmem import strategies as jst
+        from pytest_jetmem.correctness import strategies as jst
 
         @pytest.mark.memmode
         @settings(deadline=None, max_examples=25, suppress_health_check=[HealthCheck.function_scoped_fixture])

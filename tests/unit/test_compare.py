@@ -1,4 +1,4 @@
-"""Unit tests of pytest_jetmem.compare (no GPU)."""
+"""Unit tests of pytest_jetmem.measure.compare (no GPU)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pytest_jetmem.compare import Comparison, Verdict, compare
+from pytest_jetmem.measure.compare import Comparison, Verdict, compare
 
 
 def lognormal_pair(

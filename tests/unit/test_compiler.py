@@ -1,4 +1,4 @@
-"""Tests of pytest_jetmem.compiler with the real NVRTC (no GPU needed): bundled kernels, the disk cache, errors."""
+"""Tests of pytest_jetmem.cuda.compiler with the real NVRTC (no GPU needed): bundled kernels, the disk cache, errors."""
 
 from __future__ import annotations
 
@@ -10,9 +10,10 @@ from typing import Any
 
 import pytest
 
-from pytest_jetmem import compiler, driver, kernels
+from pytest_jetmem import kernels
 from pytest_jetmem.atomic import write_atomic
-from pytest_jetmem.compiler import CompiledKernel, KernelCache, cache_key, compile_kernel
+from pytest_jetmem.cuda import compiler, driver
+from pytest_jetmem.cuda.compiler import CompiledKernel, KernelCache, cache_key, compile_kernel
 from pytest_jetmem.errors import CompileError, CudaUnavailable
 
 try:

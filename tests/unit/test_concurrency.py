@@ -21,21 +21,26 @@ import pytest
 from fakes.child_results import child_result
 from fakes.fake_driver import FakeDriver
 from plugin_loading import plugin_args
-from pytest_jetmem import attach, driver, plugin_concurrency, strict
-from pytest_jetmem.compiler import KernelCache
-from pytest_jetmem.device import open_device
-from pytest_jetmem.driver import MEM_ATTACH_GLOBAL, MEM_ATTACH_HOST, MEM_ATTACH_SINGLE
-from pytest_jetmem.handle import Jetmem, Runtime
-from pytest_jetmem.isolation import CHILD_RESULT_ENV, ChildResult, Outcome
-from pytest_jetmem.plugin_concurrency import (
+from pytest_jetmem.correctness import strict
+from pytest_jetmem.correctness.concurrency import (
     DEFAULT_TIMEOUT_S,
+    EXPECTS,
+    MARKER,
     ConcurrencySpec,
-    child_argv,
-    forwarded_args,
     judge,
     parse_marker,
 )
-from pytest_jetmem.strict import Attachment, TegraStrict, TegraStrictError
+from pytest_jetmem.correctness.isolation import CHILD_RESULT_ENV, ChildResult, Outcome
+from pytest_jetmem.correctness.strict import TegraStrict, TegraStrictError
+from pytest_jetmem.cuda import attach, driver
+from pytest_jetmem.cuda.attachment import Attachment
+from pytest_jetmem.cuda.compiler import KernelCache
+from pytest_jetmem.cuda.device import open_device
+from pytest_jetmem.cuda.driver import MEM_ATTACH_GLOBAL, MEM_ATTACH_HOST, MEM_ATTACH_SINGLE
+from pytest_jetmem.cuda.session import CudaSession
+from pytest_jetmem.handle import Jetmem
+from pytest_jetmem.plugin import concurrency as plugin_concurrency
+from pytest_jetmem.plugin.child_args import child_argv, forwarded_args
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="child processes need POSIX process groups")
 
@@ -54,7 +59,7 @@ def fake_conftest(parent: str = "no_device", child: str = "orin") -> str:
         if {str(TESTS_DIR)!r} not in sys.path:
             sys.path.insert(0, {str(TESTS_DIR)!r})
         from fakes.fake_driver import FakeDriver
-        from pytest_jetmem import driver
+        from pytest_jetmem.cuda import driver
 
         IN_CHILD = bool(os.environ.get({CHILD_RESULT_ENV!r}))
         FAKE = FakeDriver({child!r} if IN_CHILD else {parent!r})
@@ -501,11 +506,11 @@ def test_auto_without_any_device_skips(run_fake: Callable[..., pytest.RunResult]
 
 FORWARDED = """
 import pytest
-from pytest_jetmem import plugin_concurrency
+from pytest_jetmem.plugin import concurrency as plugin_concurrency
 
 @pytest.mark.memmode_concurrency
 def test_sees_the_options(request, from_plugin):
-    child = request.config.stash[plugin_concurrency._STATE].child
+    child = plugin_concurrency.concurrency_session(request.config).child
     assert child.nodeid == request.node.nodeid and child.target is request.node  # the same nodeid as the parent's
     assert request.config.getoption("jetmem_tegra_strict") is True
     assert request.config.getoption("jetmem_modes") == "managed"
@@ -543,13 +548,13 @@ def fake(install_fake_driver: Callable[..., FakeDriver]) -> FakeDriver:
 def jm(fake: FakeDriver, tmp_path: Path) -> Iterator[Jetmem]:
     avail = open_device()
     assert avail.ok and avail.device is not None, avail.reason
-    runtime = Runtime(avail.device, KernelCache(tmp_path / "kernels"))
-    handle = Jetmem(runtime, "managed", "test_concurrency.py::strict")
+    session = CudaSession(avail.device, KernelCache(tmp_path / "kernels"))
+    handle = Jetmem(session, "managed", "test_concurrency.py::strict")
     try:
         yield handle
     finally:
         handle.close()
-        runtime.close()
+        session.close()
 
 
 @pytest.fixture
@@ -735,7 +740,7 @@ def test_launch_on_another_stream(jm: Jetmem, wired: TegraStrict, fake: FakeDriv
 
 STRICT_FILE = """
 import numpy as np, pytest
-from pytest_jetmem import strict
+from pytest_jetmem.correctness import strict
 
 @pytest.mark.memmode("managed")
 def test_tracker_on(jetmem):
@@ -804,6 +809,6 @@ def test_driver_flags_match_cuda() -> None:
 
 
 def test_module_constants() -> None:
-    assert plugin_concurrency.MARKER == "memmode_concurrency"
-    assert plugin_concurrency.EXPECTS == ("ok", "fault", "auto")
+    assert MARKER == plugin_concurrency.MARKER == "memmode_concurrency"
+    assert EXPECTS == ("ok", "fault", "auto")
     assert driver.MEM_ATTACH_HOST == MEM_ATTACH_HOST

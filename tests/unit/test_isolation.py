@@ -1,4 +1,4 @@
-"""Tests of pytest_jetmem.isolation with real child processes (no GPU)."""
+"""Tests of pytest_jetmem.correctness.isolation with real child processes (no GPU)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 
 import pytest_jetmem
 from fakes.child_results import child_result
-from pytest_jetmem.isolation import (
+from pytest_jetmem.correctness.isolation import (
     CHILD_RESULT_ENV,
     ChildResult,
     Outcome,
@@ -44,7 +44,7 @@ def run_py(code: str, timeout_s: float = TIMEOUT_S, **kwargs) -> ChildResult:
     return run_child([sys.executable, "-c", textwrap.dedent(code)], timeout_s, env=child_env(), **kwargs)
 
 
-WRITE = "import os; from pytest_jetmem.isolation import write_child_result as w; P = os.environ[{env!r}]\n"
+WRITE = "import os; from pytest_jetmem.correctness.isolation import write_child_result as w; P = os.environ[{env!r}]\n"
 WRITE = WRITE.format(env=CHILD_RESULT_ENV)
 
 

@@ -1,4 +1,4 @@
-"""Tests for pytest_jetmem.jetson: Jetson power state read from recorded file trees."""
+"""Tests for pytest_jetmem.machine.jetson: Jetson power state read from recorded file trees."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_jetmem.jetson import (
+from pytest_jetmem.machine.jetson import (
     CHIP_NAMES,
     JetsonState,
     _clocks_locked,

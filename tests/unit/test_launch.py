@@ -1,4 +1,4 @@
-"""Tests of pytest_jetmem.launch (no GPU): signatures read from source, argument packing, launch shapes."""
+"""Tests of pytest_jetmem.cuda.launch (no GPU): signatures read from source, argument packing, launch shapes."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from pytest_jetmem import kernels
-from pytest_jetmem.compiler import CompiledKernel
-from pytest_jetmem.launch import (
+from pytest_jetmem.cuda.compiler import CompiledKernel
+from pytest_jetmem.cuda.launch import (
     POINTER,
     Kernel,
     LaunchArgumentError,
@@ -391,16 +391,16 @@ class RecordingDriver:
 
 class RecordingOwner:
     def __init__(self) -> None:
-        self._drv = RecordingDriver()
+        self.drv = RecordingDriver()
         self.stream = "jetmem-stream"
         self.before = 0
         self.loaded: list[str] = []
 
-    def _function(self, compiled: CompiledKernel) -> str:
+    def function(self, compiled: CompiledKernel) -> str:
         self.loaded.append(compiled.symbol)
         return f"func:{compiled.symbol}"
 
-    def _before_launch(self, stream: object = None) -> None:
+    def before_launch(self, stream: object = None) -> None:
         self.before += 1
 
 
@@ -414,7 +414,7 @@ def test_kernel_launch_passes_shapes_and_arguments() -> None:
     k = make_kernel(owner)
     k.launch(grid=8, block=(256,), args=(FakeDeviceArray(0x4000), 1024, np.float32(0.5)))
     k.launch(grid=(2, 3), block=[16, 16], args=(FakeDeviceArray(0x8000), np.uint64(9), 2), shared_mem=64, stream="s2")
-    first, second = owner._drv.launches
+    first, second = owner.drv.launches
     assert first == {
         "func": "func:stream_write",
         "grid": (8, 1, 1),
@@ -440,7 +440,7 @@ def test_kernel_launch_validates_before_launching() -> None:
         k.launch(grid=1, block=256, args=args[:2])
     with pytest.raises(LaunchArgumentError, match=r"\(scale\): expected float32"):
         k.launch(grid=1, block=256, args=(*args[:2], np.float64(0.5)))
-    assert owner._drv.launches == [] and owner.before == 0
+    assert owner.drv.launches == [] and owner.before == 0
 
 
 def test_kernel_repr_and_name() -> None:

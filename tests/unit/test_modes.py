@@ -1,4 +1,4 @@
-"""Tests of pytest_jetmem.modes (no GPU): the registry, mode lists, support checks, host memory."""
+"""Tests of pytest_jetmem.cuda.modes (no GPU): the registry, mode lists, support checks, host memory."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from pytest_jetmem import modes
-from pytest_jetmem.device import DeviceInfo
-from pytest_jetmem.modes import (
+from pytest_jetmem.cuda import modes
+from pytest_jetmem.cuda.device import DeviceInfo
+from pytest_jetmem.cuda.modes import (
     DEFAULT_MODES,
     MODES,
     Allocation,

@@ -16,7 +16,7 @@ import pytest
 
 from fakes.fake_driver import FakeDriver, FakeFault, Launch, conftest_source, error_code, param_sizes
 from pytest_jetmem import kernels
-from pytest_jetmem.compiler import compile_kernel
+from pytest_jetmem.cuda.compiler import compile_kernel
 from pytest_jetmem.errors import CudaError, CudaUnavailable
 
 MODES = ("device", "managed", "zero_copy")
@@ -57,7 +57,7 @@ def test_memmode_marker_makes_one_item_per_mode(pytester: pytest.Pytester, fake_
     pytester.makepyfile(
         """
         import pytest
-        from pytest_jetmem import driver
+        from pytest_jetmem.cuda import driver
 
         @pytest.mark.memmode
         def test_x(memmode, jetmem, request):
@@ -636,7 +636,7 @@ def test_host_view_per_mode(pytester: pytest.Pytester, fake_driver: FakeDriver) 
         import re
         import numpy as np
         import pytest
-        from pytest_jetmem.buffer import HostAccessError
+        from pytest_jetmem.cuda.buffer import HostAccessError
 
         @pytest.mark.memmode
         def test_host(jetmem, memmode):
@@ -667,7 +667,7 @@ def test_cuda_array_interface(pytester: pytest.Pytester, fake_driver: FakeDriver
         """
         import numpy as np
         import pytest
-        from pytest_jetmem import driver
+        from pytest_jetmem.cuda import driver
 
         @pytest.mark.memmode
         def test_cai(jetmem, memmode):
@@ -745,7 +745,7 @@ def test_bundled_kernel_launch_reaches_the_driver(pytester: pytest.Pytester, fak
         """
         import numpy as np
         import pytest
-        from pytest_jetmem.launch import LaunchArgumentError
+        from pytest_jetmem.cuda.launch import LaunchArgumentError
 
         @pytest.mark.memmode
         def test_copy(jetmem):
@@ -850,7 +850,7 @@ STICKY_WAYS = {
 def test_sticky_error_skips_later_gpu_tests(pytester: pytest.Pytester, fake_driver: FakeDriver, way: str) -> None:
     body = "\n".join("    " + line.strip() for line in STICKY_WAYS[way].strip().splitlines())
     pytester.makepyfile(
-        test_sticky="import numpy as np\nimport pytest\nfrom pytest_jetmem import driver\n\n\n"
+        test_sticky="import numpy as np\nimport pytest\nfrom pytest_jetmem.cuda import driver\n\n\n"
         '@pytest.mark.memmode("device")\n'
         f"def test_a_faults(jetmem):\n{body}\n\n\n"
         "@pytest.mark.memmode\n"

@@ -27,8 +27,8 @@ import numpy as np
 import pytest
 
 from fakes.fake_driver import FakeDriver, Launch, conftest_source
-from pytest_jetmem import report
-from pytest_jetmem.baseline import BaselineStore
+from pytest_jetmem.measure.baseline import BaselineStore
+from pytest_jetmem.report import html as report
 
 InstallFake = Callable[..., FakeDriver]
 
@@ -363,7 +363,7 @@ def test_svg_fallback_and_matplotlib_charts(monkeypatch: pytest.MonkeyPatch) -> 
 
 
 def test_trends_leave_out_other_machines_and_unreadable_baselines(tmp_path: Path) -> None:
-    from pytest_jetmem.baseline import Entry, Machine, entry_key
+    from pytest_jetmem.measure.baseline import Entry, Machine, entry_key
 
     store = BaselineStore(tmp_path)
     here = Machine("Orin", "8.7", 12060)

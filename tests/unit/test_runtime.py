@@ -24,11 +24,11 @@ import numpy as np
 import pytest
 
 from fakes.fake_driver import FakeDriver, Launch, conftest_source
-from pytest_jetmem.compare import Verdict, compare, compare_runs
-from pytest_jetmem.device import open_device, select_ordinal
+from pytest_jetmem.cuda.device import open_device, select_ordinal
 from pytest_jetmem.errors import CudaUnavailable
-from pytest_jetmem.stats import run_ratio_test, student_t_ppf, student_t_sf2
-from pytest_jetmem.timing import gpu_lock
+from pytest_jetmem.measure.compare import Verdict, compare, compare_runs
+from pytest_jetmem.measure.stats import run_ratio_test, student_t_ppf, student_t_sf2
+from pytest_jetmem.measure.timing import gpu_lock
 
 InstallFake = Callable[..., FakeDriver]
 
@@ -1015,7 +1015,7 @@ def test_xdist_save_refusal_reaches_the_controller(pytester: pytest.Pytester) ->
 LOCK_CHILD = """
 import os, sys, time
 from pathlib import Path
-from pytest_jetmem.timing import gpu_lock
+from pytest_jetmem.measure.timing import gpu_lock
 
 log, go, name = sys.argv[1], Path(sys.argv[2]), sys.argv[3]
 while not go.exists():

@@ -1,4 +1,4 @@
-"""Unit tests of pytest_jetmem.stats (no GPU)."""
+"""Unit tests of pytest_jetmem.measure.stats (no GPU)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pytest_jetmem.stats import (
+from pytest_jetmem.measure.stats import (
     StoppingRule,
     Summary,
     mann_whitney_p,

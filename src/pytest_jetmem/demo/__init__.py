@@ -58,7 +58,7 @@ class _NoGpuNotice:
 
 def _gpu_problem() -> str | None:
     """None where the demo can use a GPU, else a short phrase saying why not."""
-    from ..device import open_device
+    from pytest_jetmem.cuda.device import open_device
 
     avail = open_device()
     if avail.device is not None:

@@ -1,5 +1,5 @@
 """``python -m pytest_jetmem.demo``: the same as the ``pytest-jetmem-demo`` command."""
 
-from . import main
+from pytest_jetmem.demo import main
 
 raise SystemExit(main())

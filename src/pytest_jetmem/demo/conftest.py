@@ -8,12 +8,12 @@ tables of :mod:`pytest_jetmem.demo.tables` after the plugin's own "jetmem runtim
 
 from __future__ import annotations
 
-import contextlib
 from typing import Any
 
 import pytest
 
 from pytest_jetmem.demo.tables import Scenarios, format_tables
+from pytest_jetmem.plugin.sessions import device_session
 
 _TABLES = pytest.StashKey["DemoTables"]()
 # The order the scenarios run and print in: the seed 001 convolution and its unified-memory experiment, the
@@ -43,12 +43,8 @@ class DemoTables:
             terminalreporter.write_line(line)
 
     def device_name(self) -> str | None:
-        with contextlib.suppress(Exception):
-            from pytest_jetmem.plugin import _state
-
-            info = _state(self.config).availability().info
-            return info.name if info is not None else None
-        return None
+        info = device_session(self.config).availability().info
+        return info.name if info is not None else None
 
 
 def pytest_configure(config: pytest.Config) -> None:

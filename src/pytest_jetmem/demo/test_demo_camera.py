@@ -15,7 +15,7 @@ from functools import cache
 import numpy as np
 import pytest
 
-from ._support import POISON, check_close, preload
+from pytest_jetmem.demo._support import POISON, check_close, preload
 
 HEIGHT, WIDTH = 1080, 1920
 BLOCK = 256

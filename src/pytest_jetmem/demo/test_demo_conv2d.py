@@ -16,9 +16,8 @@ import numpy as np
 import pytest
 
 from pytest_jetmem import kernels
+from pytest_jetmem.demo._support import POISON, check_close, preload
 from pytest_jetmem.kernels import reference as ref
-
-from ._support import POISON, check_close, preload
 
 HEIGHT, WIDTH = 480, 640
 KERNEL_SIZES = (3, 5, 7, 9, 15, 25, 35, 45)  # the seed's square sizes

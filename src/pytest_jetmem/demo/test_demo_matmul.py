@@ -14,9 +14,8 @@ import numpy as np
 import pytest
 
 from pytest_jetmem import kernels
+from pytest_jetmem.demo._support import POISON, check_close, preload
 from pytest_jetmem.kernels import reference as ref
-
-from ._support import POISON, check_close, preload
 
 N = 2048
 TITLE = f"Tiled matrix product {N}x{N} @ {N}x{N} float32, 32x32 shared-memory tiles (seed 000)"

@@ -16,10 +16,9 @@ import numpy as np
 import pytest
 
 from pytest_jetmem import kernels
+from pytest_jetmem.demo._support import POISON, check_close, preload
 from pytest_jetmem.kernels import reference as ref
-from pytest_jetmem.stats import StoppingRule
-
-from ._support import POISON, check_close, preload
+from pytest_jetmem.measure.stats import StoppingRule
 
 HEIGHT, WIDTH, KSIZE = 480, 640, 45
 ITERATIONS, TOUCHED = 10, 5

@@ -1,50 +1,26 @@
 """Bundled kernels: CUDA sources in this folder, launch helpers, and numpy references (``reference``).
 
-``SOURCES`` maps each bundled kernel name to its ``.cu`` file; ``jetmem.kernel(name)`` compiles one.
+``sources()`` maps each bundled kernel name to its ``.cu`` text; ``jetmem.kernel(name)`` compiles one.
 The helpers below pick launch shapes that suit each kernel, so tests and benchmarks launch them alike.
 """
 
 from __future__ import annotations
 
-import re
-from functools import cache
-from importlib import resources
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from pytest_jetmem.cuda.bundled import names, source_file, sources
+
 if TYPE_CHECKING:
-    from ..buffer import Buffer
-    from ..handle import Jetmem
+    from pytest_jetmem.cuda.buffer import Buffer
+    from pytest_jetmem.cuda.workspace import Workspace
+
+__all__ = ["coherence", "conv2d", "matmul", "names", "source_file", "sources", "stream", "stream_grid"]
 
 STREAM_BLOCK = 256
 CONV_BLOCK = (16, 16)
 MATMUL_TILE = 32
-
-
-@cache
-def sources() -> dict[str, str]:
-    """Bundled kernel name -> the text of the ``.cu`` file that defines it."""
-    out: dict[str, str] = {}
-    for entry in resources.files(__name__).iterdir():
-        if entry.name.endswith(".cu"):
-            text = entry.read_text()
-            for name in re.findall(r'extern\s+"C"\s+__global__\s+void\s+(\w+)\s*\(', text):
-                out[name] = text
-    return out
-
-
-@cache
-def source_file(name: str) -> str:
-    """The ``.cu`` file name defining bundled kernel ``name``."""
-    for entry in resources.files(__name__).iterdir():
-        if entry.name.endswith(".cu") and re.search(rf"__global__\s+void\s+{name}\s*\(", entry.read_text()):
-            return entry.name
-    raise KeyError(name)
-
-
-def names() -> list[str]:
-    return sorted(sources())
 
 
 def stream_grid(n: int, sm_count: int) -> int:
@@ -53,7 +29,7 @@ def stream_grid(n: int, sm_count: int) -> int:
     return max(1, min((n4 + STREAM_BLOCK - 1) // STREAM_BLOCK, sm_count * 64))
 
 
-def conv2d(jm: Jetmem, image: Buffer, kernel: Buffer, out: Buffer) -> None:
+def conv2d(jm: Workspace, image: Buffer, kernel: Buffer, out: Buffer) -> None:
     """Queue ``out = conv2d_replicate(image, kernel)``; image and out are (height, width) float32."""
     _expect(image, 2, np.float32, "image")
     _expect(kernel, 2, np.float32, "kernel")
@@ -68,7 +44,7 @@ def conv2d(jm: Jetmem, image: Buffer, kernel: Buffer, out: Buffer) -> None:
     jm.kernel("conv2d_replicate").launch(grid, CONV_BLOCK, (image, out, kernel, w, h, kw, kh))
 
 
-def matmul(jm: Jetmem, a: Buffer, b: Buffer, c: Buffer) -> None:
+def matmul(jm: Workspace, a: Buffer, b: Buffer, c: Buffer) -> None:
     """Queue ``c = a @ b`` with the shared-memory tiled kernel."""
     for buf, what in ((a, "a"), (b, "b"), (c, "c")):
         _expect(buf, 2, np.float32, what)
@@ -80,7 +56,7 @@ def matmul(jm: Jetmem, a: Buffer, b: Buffer, c: Buffer) -> None:
     jm.kernel("matmul_tiled").launch(grid, (MATMUL_TILE, MATMUL_TILE), (a, b, c, m, n, k))
 
 
-def stream(jm: Jetmem, op: str, *buffers: Buffer, value: float = 1.0) -> None:
+def stream(jm: Workspace, op: str, *buffers: Buffer, value: float = 1.0) -> None:
     """Queue a stream kernel: ``read(in, sink)``, ``write(out)``, ``copy(in, out)``, ``fill(out)``."""
     sms = jm.device.attr("MULTIPROCESSOR_COUNT") or 1
     n = buffers[0].size
@@ -104,7 +80,7 @@ def stream(jm: Jetmem, op: str, *buffers: Buffer, value: float = 1.0) -> None:
         raise ValueError(f"stream: unknown op {op!r}; expected read, write, copy or fill")
 
 
-def coherence(jm: Jetmem, buf: Buffer, expect_seed: int, new_seed: int, check: bool, result: Buffer) -> None:
+def coherence(jm: Workspace, buf: Buffer, expect_seed: int, new_seed: int, check: bool, result: Buffer) -> None:
     """Queue the coherence probe over ``buf`` (uint32); ``result`` is 2 uint64 set to (0, ~0)."""
     _expect(buf, None, np.uint32, "buf")
     _expect(result, None, np.uint64, "result")

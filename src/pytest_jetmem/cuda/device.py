@@ -1,0 +1,178 @@
+"""The session's CUDA device: probing, primary context, the work stream, and the broken state after sticky errors."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from pytest_jetmem.cuda import driver
+from pytest_jetmem.errors import CudaError, CudaUnavailable
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    """Facts about one device, read once per session (GPU-free once read)."""
+
+    ordinal: int
+    name: str
+    compute_capability: tuple[int, int]
+    driver_version: int
+    total_mem: int
+    attributes: dict[str, int] = field(default_factory=dict)
+    bindings_version: str = ""
+    nvrtc_version: tuple[int, int] | None = None
+
+    @property
+    def arch(self) -> str:
+        """``sm_XY`` for NVRTC."""
+        return f"sm_{self.compute_capability[0]}{self.compute_capability[1]}"
+
+    @property
+    def integrated(self) -> bool:
+        return bool(self.attributes.get("INTEGRATED", 0))
+
+    def attr(self, name: str) -> int:
+        return int(self.attributes.get(name, 0))
+
+    @property
+    def driver_version_str(self) -> str:
+        return f"{self.driver_version // 1000}.{(self.driver_version % 1000) // 10}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def header_lines(self) -> list[str]:
+        cc = ".".join(map(str, self.compute_capability))
+        nvrtc = ".".join(map(str, self.nvrtc_version)) if self.nvrtc_version else "missing"
+        mem = ", ".join(f"{k}={self.attributes.get(k, '?')}" for k in driver.MEMORY_ATTRIBUTES)
+        return [
+            f"jetmem: device {self.ordinal}: {self.name}, compute capability {cc}, "
+            f"{self.total_mem / 2**30:.1f} GiB, CUDA driver {self.driver_version_str}, "
+            f"cuda-bindings {self.bindings_version}, NVRTC {nvrtc}",
+            f"jetmem: memory attributes: {mem}",
+        ]
+
+
+def probe_device(drv: Any, ordinal: int) -> DeviceInfo:
+    """Read a device's facts through the driver layer (cuInit must have succeeded)."""
+    dev = drv.device_get(ordinal)
+    attrs = {name: drv.device_attribute(dev, name) for name in (*driver.MEMORY_ATTRIBUTES, *driver.OTHER_ATTRIBUTES)}
+    try:
+        nvrtc = drv.nvrtc_version()
+    except CudaUnavailable:
+        nvrtc = None
+    return DeviceInfo(
+        ordinal=ordinal,
+        name=drv.device_name(dev),
+        compute_capability=(attrs["COMPUTE_CAPABILITY_MAJOR"], attrs["COMPUTE_CAPABILITY_MINOR"]),
+        driver_version=drv.driver_version(),
+        total_mem=drv.device_total_mem(dev),
+        attributes=attrs,
+        bindings_version=getattr(drv, "bindings_version", ""),
+        nvrtc_version=nvrtc,
+    )
+
+
+def select_ordinal(device_count: int, env: dict[str, str] | None = None) -> int:
+    """The device ordinal for this process: ``JETMEM_DEVICE``, else one GPU per xdist worker, else 0.
+
+    xdist worker ``gwN`` takes GPU ``N % device_count``; workers that share a GPU never time at once
+    (``timing.gpu_lock``).
+    """
+    env = dict(os.environ) if env is None else env
+    if env.get("JETMEM_DEVICE", "").strip():
+        raw = env["JETMEM_DEVICE"]
+        try:
+            ordinal = int(raw)
+        except ValueError:
+            ordinal = -1
+        if ordinal < 0:
+            raise CudaUnavailable(f"JETMEM_DEVICE={raw!r}: expected a device ordinal >= 0")
+        return ordinal
+    worker = env.get("PYTEST_XDIST_WORKER", "")
+    if worker.startswith("gw") and worker[2:].isdigit() and device_count > 0:
+        return int(worker[2:]) % device_count
+    return 0
+
+
+class Device:
+    """The primary context of one device, made current, with the stream jetmem work runs on.
+
+    The stream is a blocking stream (it synchronises with the legacy default stream), so work
+    that CuPy or PyTorch launch on the default stream orders with ours.
+    """
+
+    def __init__(self, drv: Any, info: DeviceInfo) -> None:
+        self.drv = drv
+        self.info = info
+        self._dev = drv.device_get(info.ordinal)
+        self.ctx = drv.primary_ctx_retain(self._dev)
+        drv.ctx_set_current(self.ctx)
+        self.stream = drv.stream_create(driver.STREAM_DEFAULT)
+        self.generation = 0  # bumped if the context is ever re-created: older modules are gone
+        self.broken: str | None = None
+        self.closed = False
+
+    def make_current(self) -> None:
+        self.drv.ctx_set_current(self.ctx)
+
+    def synchronize(self) -> None:
+        self.drv.stream_synchronize(self.stream)
+
+    def free_memory(self) -> int:
+        return self.drv.mem_get_info()[0]
+
+    def mark_broken(self, reason: str) -> None:
+        """Record a sticky CUDA error: the context cannot be used again in this process.
+
+        CUDA cannot recover from sticky errors (illegal address, launch failure, ...) in-process;
+        even cuDevicePrimaryCtxReset leaves the process unusable. Later GPU work skips with ``reason``.
+        """
+        if self.broken is None:
+            self.broken = reason
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        if self.broken:
+            return  # any driver call on a context with a sticky error may crash the process
+        try:
+            self.drv.stream_destroy(self.stream)
+        finally:
+            self.drv.primary_ctx_release(self._dev)
+
+
+@dataclass
+class Availability:
+    """Whether GPU tests can run here; ``reason`` says which of driver, device, NVRTC is missing."""
+
+    ok: bool
+    reason: str = ""
+    info: DeviceInfo | None = None
+    device: Device | None = None
+    error: BaseException | None = None
+
+
+def open_device(drv: Any | None = None, ordinal: int | None = None) -> Availability:
+    """Initialise CUDA and open the device, or explain why not."""
+    try:
+        drv = drv or driver.get()
+        drv.init()
+        count = drv.device_count()
+        ordinal = select_ordinal(count) if ordinal is None else ordinal
+        if ordinal >= count:
+            return Availability(False, f"no CUDA device {ordinal}: only {count} device(s) present")
+        info = probe_device(drv, ordinal)
+    except CudaUnavailable as exc:
+        return Availability(False, exc.reason, error=exc)
+    except CudaError as exc:
+        return Availability(False, f"CUDA driver error while probing the device: {exc}", error=exc)
+    if info.nvrtc_version is None:
+        return Availability(False, "NVRTC not found: install pytest-jetmem[cu12] or [cu13]", info=info)
+    try:
+        dev = Device(drv, info)
+    except CudaError as exc:
+        return Availability(False, f"could not open CUDA device {ordinal}: {exc}", info=info, error=exc)
+    return Availability(True, "", info=info, device=dev)

@@ -1,0 +1,352 @@
+"""The driver boundary: the only module that imports ``cuda.bindings``.
+
+Every call's result is checked; a failure raises :class:`CudaError` carrying the CUDA (or NVRTC)
+error name and the call. Differences between cuda-bindings 12.x and 13.x live here alone.
+Device pointers cross this boundary as ``int``; streams, events, modules and functions as opaque
+handles. Tests on machines without a GPU replace the backend with a fake through :func:`use`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from pytest_jetmem.errors import CompileError, CudaError, CudaUnavailable
+
+# Device attributes the plugin reads, by their CUDA names without the prefix.
+MEMORY_ATTRIBUTES = (
+    "INTEGRATED",
+    "CAN_MAP_HOST_MEMORY",
+    "MANAGED_MEMORY",
+    "CONCURRENT_MANAGED_ACCESS",
+    "PAGEABLE_MEMORY_ACCESS",
+    "PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES",
+    "DIRECT_MANAGED_MEM_ACCESS_FROM_HOST",
+    "HOST_NATIVE_ATOMIC_SUPPORTED",
+)
+OTHER_ATTRIBUTES = (
+    "COMPUTE_CAPABILITY_MAJOR",
+    "COMPUTE_CAPABILITY_MINOR",
+    "MULTIPROCESSOR_COUNT",
+    "L2_CACHE_SIZE",
+    "MAX_THREADS_PER_BLOCK",
+    "MAX_SHARED_MEMORY_PER_BLOCK",
+    "CLOCK_RATE",
+    "MEMORY_CLOCK_RATE",
+    "GLOBAL_MEMORY_BUS_WIDTH",
+)
+
+# Flags, as plain ints so callers need not import the bindings.
+MEM_ATTACH_GLOBAL = 0x1
+MEM_ATTACH_HOST = 0x2
+MEM_ATTACH_SINGLE = 0x4
+MEMHOSTALLOC_PORTABLE = 0x1
+MEMHOSTALLOC_DEVICEMAP = 0x2
+STREAM_DEFAULT = 0x0
+STREAM_NON_BLOCKING = 0x1
+EVENT_DEFAULT = 0x0
+EVENT_DISABLE_TIMING = 0x2
+CPU_DEVICE_ID = -1
+
+
+def _import_bindings() -> tuple[Any, Any]:
+    try:
+        from cuda.bindings import driver, nvrtc
+    except ImportError as exc:  # pragma: no cover - depends on the install
+        raise CudaUnavailable(f"cuda-bindings is not installed ({exc})") from exc
+    return driver, nvrtc
+
+
+class CudaDriver:
+    """Thin, checked wrappers over ``cuda.bindings.driver`` and ``cuda.bindings.nvrtc``."""
+
+    def __init__(self) -> None:
+        self._cu, self._nvrtc = _import_bindings()
+        import cuda.bindings
+
+        self.bindings_version: str = getattr(cuda.bindings, "__version__", "unknown")
+        self.bindings_major = int(self.bindings_version.split(".")[0]) if self.bindings_version[0].isdigit() else 0
+
+    # -- result checking ---------------------------------------------------------------------------
+    def _check(self, call: str, result: Any) -> Any:
+        """Check a ``(CUresult, *values)`` tuple; return the values (one value unwrapped)."""
+        if not isinstance(result, tuple):
+            result = (result,)
+        err, values = result[0], result[1:]
+        if int(err) != 0:
+            raise CudaError(call, _enum_name(err), int(err))
+        if not values:
+            return None
+        return values[0] if len(values) == 1 else values
+
+    def _call(self, name: str, *args: Any) -> Any:
+        return self._check(name, getattr(self._cu, name)(*args))
+
+    # -- initialisation and devices ----------------------------------------------------------------
+    def init(self) -> None:
+        """cuInit; raise :class:`CudaUnavailable` when there is no driver or no device."""
+        try:
+            result = self._cu.cuInit(0)
+        except Exception as exc:  # the bindings raise when libcuda cannot be loaded
+            raise CudaUnavailable(f"no CUDA driver: libcuda could not be loaded ({exc})") from exc
+        err = result[0]
+        if int(err) != 0:
+            name = _enum_name(err)
+            if name in ("CUDA_ERROR_NO_DEVICE", "CUDA_ERROR_INVALID_DEVICE"):
+                raise CudaUnavailable(f"no CUDA device: cuInit returned {name}")
+            raise CudaUnavailable(f"no usable CUDA driver: cuInit returned {name}")
+        if self.device_count() == 0:
+            raise CudaUnavailable("no CUDA device: cuDeviceGetCount returned 0")
+
+    def driver_version(self) -> int:
+        return int(self._call("cuDriverGetVersion"))
+
+    def device_count(self) -> int:
+        return int(self._call("cuDeviceGetCount"))
+
+    def device_get(self, ordinal: int) -> Any:
+        return self._call("cuDeviceGet", ordinal)
+
+    def device_name(self, dev: Any) -> str:
+        raw = self._call("cuDeviceGetName", 256, dev)
+        return raw.split(b"\0", 1)[0].decode(errors="replace")
+
+    def device_total_mem(self, dev: Any) -> int:
+        return int(self._call("cuDeviceTotalMem", dev))
+
+    def device_attribute(self, dev: Any, name: str) -> int:
+        attr = getattr(self._cu.CUdevice_attribute, f"CU_DEVICE_ATTRIBUTE_{name}")
+        return int(self._check(f"cuDeviceGetAttribute({name})", self._cu.cuDeviceGetAttribute(attr, dev)))
+
+    # -- contexts ----------------------------------------------------------------------------------
+    def primary_ctx_retain(self, dev: Any) -> Any:
+        return self._call("cuDevicePrimaryCtxRetain", dev)
+
+    def primary_ctx_release(self, dev: Any) -> None:
+        self._call("cuDevicePrimaryCtxRelease", dev)
+
+    def primary_ctx_reset(self, dev: Any) -> None:
+        self._call("cuDevicePrimaryCtxReset", dev)
+
+    def ctx_set_current(self, ctx: Any) -> None:
+        self._call("cuCtxSetCurrent", ctx)
+
+    def ctx_synchronize(self) -> None:
+        self._call("cuCtxSynchronize")
+
+    # -- memory ------------------------------------------------------------------------------------
+    def mem_get_info(self) -> tuple[int, int]:
+        free, total = self._call("cuMemGetInfo")
+        return int(free), int(total)
+
+    def mem_alloc(self, nbytes: int) -> int:
+        return int(self._call("cuMemAlloc", nbytes))
+
+    def mem_free(self, ptr: int) -> None:
+        self._call("cuMemFree", ptr)
+
+    def mem_alloc_managed(self, nbytes: int, flags: int = MEM_ATTACH_GLOBAL) -> int:
+        return int(self._call("cuMemAllocManaged", nbytes, flags))
+
+    def mem_host_alloc(self, nbytes: int, flags: int) -> int:
+        return int(self._call("cuMemHostAlloc", nbytes, flags))
+
+    def mem_host_get_device_pointer(self, host_ptr: int) -> int:
+        return int(self._call("cuMemHostGetDevicePointer", host_ptr, 0))
+
+    def mem_free_host(self, host_ptr: int) -> None:
+        self._call("cuMemFreeHost", host_ptr)
+
+    def memcpy_htod(self, dst: int, src_host: int, nbytes: int, stream: Any = None) -> None:
+        if stream is None:
+            self._call("cuMemcpyHtoD", dst, src_host, nbytes)
+        else:
+            self._call("cuMemcpyHtoDAsync", dst, src_host, nbytes, stream)
+
+    def memcpy_dtoh(self, dst_host: int, src: int, nbytes: int, stream: Any = None) -> None:
+        if stream is None:
+            self._call("cuMemcpyDtoH", dst_host, src, nbytes)
+        else:
+            self._call("cuMemcpyDtoHAsync", dst_host, src, nbytes, stream)
+
+    def memcpy_dtod(self, dst: int, src: int, nbytes: int, stream: Any = None) -> None:
+        if stream is None:
+            self._call("cuMemcpyDtoD", dst, src, nbytes)
+        else:
+            self._call("cuMemcpyDtoDAsync", dst, src, nbytes, stream)
+
+    def memset_d8(self, ptr: int, value: int, nbytes: int, stream: Any = None) -> None:
+        if stream is None:
+            self._call("cuMemsetD8", ptr, value, nbytes)
+        else:
+            self._call("cuMemsetD8Async", ptr, value, nbytes, stream)
+
+    def mem_prefetch_async(self, ptr: int, nbytes: int, device_ordinal: int, stream: Any) -> None:
+        """Prefetch managed memory to a device ordinal, or to the host with ``CPU_DEVICE_ID``."""
+        if self.bindings_major >= 13:
+            self._call("cuMemPrefetchAsync", ptr, nbytes, self._location(device_ordinal), 0, stream)
+        else:  # 12.x: the location form is the _v2 entry point
+            self._call("cuMemPrefetchAsync_v2", ptr, nbytes, self._location(device_ordinal), 0, stream)
+
+    def mem_advise(self, ptr: int, nbytes: int, advice: str, device_ordinal: int) -> None:
+        """cuMemAdvise with an advice name such as ``SET_READ_MOSTLY`` or ``SET_PREFERRED_LOCATION``."""
+        adv = getattr(self._cu.CUmem_advise, f"CU_MEM_ADVISE_{advice}")
+        name = "cuMemAdvise" if self.bindings_major >= 13 else "cuMemAdvise_v2"
+        self._call(name, ptr, nbytes, adv, self._location(device_ordinal))
+
+    def _location(self, device_ordinal: int) -> Any:
+        loc = self._cu.CUmemLocation()
+        if device_ordinal == CPU_DEVICE_ID:
+            loc.type = self._cu.CUmemLocationType.CU_MEM_LOCATION_TYPE_HOST
+            loc.id = 0
+        else:
+            loc.type = self._cu.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
+            loc.id = device_ordinal
+        return loc
+
+    # -- streams and events ------------------------------------------------------------------------
+    def stream_create(self, flags: int = STREAM_DEFAULT) -> Any:
+        return self._call("cuStreamCreate", flags)
+
+    def stream_destroy(self, stream: Any) -> None:
+        self._call("cuStreamDestroy", stream)
+
+    def stream_synchronize(self, stream: Any) -> None:
+        self._call("cuStreamSynchronize", stream)
+
+    def stream_query(self, stream: Any) -> bool:
+        """True when all work on the stream has completed."""
+        err = self._cu.cuStreamQuery(stream)[0]
+        if int(err) == 0:
+            return True
+        if _enum_name(err) == "CUDA_ERROR_NOT_READY":
+            return False
+        raise CudaError("cuStreamQuery", _enum_name(err), int(err))
+
+    def stream_attach_mem_async(self, stream: Any, ptr: int, flags: int) -> None:
+        self._call("cuStreamAttachMemAsync", stream, ptr, 0, flags)
+
+    def event_create(self, flags: int = EVENT_DEFAULT) -> Any:
+        return self._call("cuEventCreate", flags)
+
+    def event_destroy(self, event: Any) -> None:
+        self._call("cuEventDestroy", event)
+
+    def event_record(self, event: Any, stream: Any) -> None:
+        self._call("cuEventRecord", event, stream)
+
+    def event_synchronize(self, event: Any) -> None:
+        self._call("cuEventSynchronize", event)
+
+    def event_elapsed_ms(self, start: Any, end: Any) -> float:
+        return float(self._call("cuEventElapsedTime", start, end))
+
+    # -- modules and launches ----------------------------------------------------------------------
+    def module_load_data(self, image: bytes) -> Any:
+        return self._call("cuModuleLoadData", image)
+
+    def module_unload(self, module: Any) -> None:
+        self._call("cuModuleUnload", module)
+
+    def module_get_function(self, module: Any, name: str) -> Any:
+        return self._check(f"cuModuleGetFunction({name})", self._cu.cuModuleGetFunction(module, name.encode()))
+
+    def launch_kernel(
+        self,
+        func: Any,
+        grid: tuple[int, int, int],
+        block: tuple[int, int, int],
+        shared_mem: int,
+        stream: Any,
+        params_ptr: int,
+    ) -> None:
+        """cuLaunchKernel with ``params_ptr`` the address of an array of argument addresses."""
+        self._call("cuLaunchKernel", func, *grid, *block, shared_mem, stream, params_ptr, 0)
+
+    # -- NVRTC -------------------------------------------------------------------------------------
+    def nvrtc_version(self) -> tuple[int, int]:
+        try:
+            result = self._nvrtc.nvrtcVersion()
+        except Exception as exc:  # libnvrtc could not be loaded
+            raise CudaUnavailable(f"NVRTC not found ({exc}); install the cu12 or cu13 extra") from exc
+        major, minor = self._check_nvrtc("nvrtcVersion", result)
+        return int(major), int(minor)
+
+    def nvrtc_supported_archs(self) -> list[int]:
+        return [int(a) for a in self._check_nvrtc("nvrtcGetSupportedArchs", self._nvrtc.nvrtcGetSupportedArchs())]
+
+    def nvrtc_compile(
+        self, source: str, filename: str, options: Sequence[str], name_expressions: Sequence[str] = ()
+    ) -> tuple[bytes, str, dict[str, str]]:
+        """Compile to a CUBIN; return (cubin, log, lowered names). A failure raises CompileError."""
+        nv = self._nvrtc
+        prog = self._check_nvrtc(
+            "nvrtcCreateProgram", nv.nvrtcCreateProgram(source.encode(), filename.encode(), 0, [], [])
+        )
+        try:
+            for expr in name_expressions:
+                self._check_nvrtc("nvrtcAddNameExpression", nv.nvrtcAddNameExpression(prog, expr.encode()))
+            opts = [o.encode() for o in options]
+            err = nv.nvrtcCompileProgram(prog, len(opts), opts)[0]
+            log = self._nvrtc_log(prog)
+            if int(err) != 0:
+                raise CompileError(f"NVRTC {_enum_name(err)} compiling {filename} with {list(options)}:\n{log}")
+            size = self._check_nvrtc("nvrtcGetCUBINSize", nv.nvrtcGetCUBINSize(prog))
+            cubin = b" " * size
+            self._check_nvrtc("nvrtcGetCUBIN", nv.nvrtcGetCUBIN(prog, cubin))
+            lowered = {}
+            for expr in name_expressions:
+                raw = self._check_nvrtc("nvrtcGetLoweredName", nv.nvrtcGetLoweredName(prog, expr.encode()))
+                lowered[expr] = raw.decode() if isinstance(raw, bytes) else str(raw)
+            return cubin, log, lowered
+        finally:
+            nv.nvrtcDestroyProgram(prog)
+
+    def _nvrtc_log(self, prog: Any) -> str:
+        size = self._check_nvrtc("nvrtcGetProgramLogSize", self._nvrtc.nvrtcGetProgramLogSize(prog))
+        buf = b" " * size
+        self._check_nvrtc("nvrtcGetProgramLog", self._nvrtc.nvrtcGetProgramLog(prog, buf))
+        return buf.rstrip(b"\0 ").decode(errors="replace")
+
+    def _check_nvrtc(self, call: str, result: Any) -> Any:
+        err, values = result[0], result[1:]
+        if int(err) != 0:
+            raise CudaError(call, _enum_name(err), int(err))
+        if not values:
+            return None
+        return values[0] if len(values) == 1 else values
+
+
+def _enum_name(err: Any) -> str:
+    """The symbolic name of a CUresult/nvrtcResult, without a driver call (works with no GPU)."""
+    name = getattr(err, "name", None)
+    return str(name) if name else f"error {int(err)}"
+
+
+_backend: Any = None
+
+
+def get() -> CudaDriver:
+    """The active backend: the real driver unless a test installed a fake with :func:`use`."""
+    global _backend
+    if _backend is None:
+        _backend = CudaDriver()
+    return _backend
+
+
+@contextlib.contextmanager
+def use(backend: Any) -> Iterator[Any]:
+    """Install ``backend`` (a fake for CPU-only tests) for the duration of the block."""
+    global _backend
+    previous, _backend = _backend, backend
+    try:
+        yield backend
+    finally:
+        _backend = previous
+
+
+def install(backend: Any) -> None:
+    """Install ``backend`` until the process ends or :func:`install` is called again."""
+    global _backend
+    _backend = backend

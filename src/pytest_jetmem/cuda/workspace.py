@@ -1,0 +1,252 @@
+"""A test's workspace: buffers in one memory mode, kernels, its stream, teardown.
+
+The CUDA layer's per-test object. It allocates through a :class:`~pytest_jetmem.cuda.session.CudaSession`,
+owns every buffer it allocates (all freed by :meth:`Workspace.close`), launches on the session's stream
+and tells its observers (Tegra-strict mode) about launches, synchronisations, attachments and host access.
+The ``jetmem`` handle (:class:`pytest_jetmem.handle.Jetmem`) is a workspace plus measurement and correctness
+helpers; nothing in this layer refers to it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
+
+import numpy as np
+
+from pytest_jetmem.cuda import bundled
+from pytest_jetmem.cuda.attachment import Attachment
+from pytest_jetmem.cuda.buffer import Buffer
+from pytest_jetmem.cuda.compiler import CompiledKernel
+from pytest_jetmem.cuda.device import DeviceInfo
+from pytest_jetmem.cuda.launch import Kernel, parse_signature
+from pytest_jetmem.cuda.modes import Allocation, MemoryMode, get_mode, host_available_bytes
+from pytest_jetmem.cuda.session import CudaSession, open_session
+from pytest_jetmem.errors import AllocationRefused, CudaError, CudaUnavailable
+
+
+class WorkObserver(Protocol):
+    """Told about a workspace's GPU work and asked before host access (Tegra-strict mode is one)."""
+
+    def launched(self, stream: Any = None) -> None:
+        """Work was queued on ``stream``."""
+
+    def synchronized(self, stream: Any = None) -> None:
+        """``stream`` finished its work, as far as the host knows."""
+
+    def attached(self, buf: Buffer, attachment: Attachment, queued_on: Any = None, *, pending: bool = False) -> None:
+        """``buf`` got ``attachment`` (queued on ``queued_on``; ``pending``: maybe not in effect yet)."""
+
+    def check_host_access(self, buf: Buffer) -> None:
+        """Raise if the host may not touch ``buf`` now."""
+
+
+class Workspace:
+    """Per-test allocations in one memory mode; every buffer it allocates is freed at :meth:`close`."""
+
+    def __init__(self, session: CudaSession, mode: str, nodeid: str = "") -> None:
+        self.session = session
+        self._mode: MemoryMode = get_mode(mode)
+        self.nodeid = nodeid
+        self.buffers: list[Buffer] = []
+        self.allocated_bytes = 0
+        self.closed = False
+        self.observers: list[WorkObserver] = []
+        self._kernels: dict[str, Kernel] = {}
+
+    # -- facts -------------------------------------------------------------------------------------
+    @property
+    def mode(self) -> str:
+        return self._mode.name
+
+    @property
+    def device(self) -> DeviceInfo:
+        return self.session.device.info
+
+    @property
+    def drv(self) -> Any:
+        """The driver backend (:mod:`pytest_jetmem.cuda.driver`) this workspace calls."""
+        return self.session.drv
+
+    @property
+    def stream(self) -> Any:
+        return self.session.device.stream
+
+    @property
+    def stream_handle(self) -> int:
+        """The stream as an integer (for the CUDA Array Interface and other libraries)."""
+        return int(self.session.device.stream)
+
+    def __repr__(self) -> str:
+        return f"<jetmem {self.mode} on {self.device.name}: {len(self.live_buffers())} live buffers>"
+
+    def add_observer(self, observer: WorkObserver) -> None:
+        """Tell ``observer`` about this workspace's launches, synchronisations, attachments and host access."""
+        self.observers.append(observer)
+
+    # -- allocation --------------------------------------------------------------------------------
+    def empty(self, shape: int | Sequence[int], dtype: Any = np.float32, mode: str | None = None) -> Buffer:
+        """An uninitialised buffer in this test's memory mode (or ``mode``)."""
+        shp = (int(shape),) if isinstance(shape, (int, np.integer)) else tuple(int(s) for s in shape)
+        if any(s < 0 for s in shp):
+            raise ValueError(f"{self.nodeid}: jetmem.empty: shape must be non-negative, got {shape!r}")
+        dt = np.dtype(dtype)
+        if dt.hasobject or dt.itemsize == 0:
+            raise TypeError(f"{self.nodeid}: jetmem.empty: dtype {dt} cannot live in GPU memory")
+        memmode = get_mode(mode) if mode else self._mode
+        nbytes = int(np.prod(shp)) * dt.itemsize
+        alloc = self._allocate(memmode, nbytes)
+        buf = Buffer(self, memmode, alloc, shp, dt)
+        self.buffers.append(buf)
+        self.allocated_bytes += nbytes
+        return buf
+
+    def zeros(self, shape: int | Sequence[int], dtype: Any = np.float32, mode: str | None = None) -> Buffer:
+        """A buffer set to zero bytes on the stream."""
+        buf = self.empty(shape, dtype, mode)
+        self.memset(buf, 0)
+        return buf
+
+    def array(self, data: Any, dtype: Any = None, mode: str | None = None) -> Buffer:
+        """A buffer holding a copy of host ``data``."""
+        src = np.asarray(data, dtype=dtype)
+        return self.empty(src.shape, src.dtype, mode).copy_from(src)
+
+    def empty_like(self, other: Any, dtype: Any = None, mode: str | None = None) -> Buffer:
+        """A buffer of the shape and dtype of a buffer or array (in this test's mode, unless ``mode``)."""
+        return self.empty(tuple(other.shape), dtype or other.dtype, mode)
+
+    def _allocate(self, memmode: MemoryMode, nbytes: int) -> Allocation:
+        size = max(nbytes, 1)  # a zero-byte buffer still gets an address
+        if memmode.pool == "host":
+            free = host_available_bytes()
+            where = "host memory available (MemAvailable)"
+        else:
+            free = self.session.device.free_memory()
+            where = "device memory free (cuMemGetInfo)"
+        if free is not None and size > free:
+            raise AllocationRefused(
+                f"{self.nodeid}: refused to allocate {size} bytes of {memmode.name} memory: only {free} bytes of "
+                f"{where}; a larger request could hang the GPU"
+            )
+        return memmode.allocate(self.drv, size)
+
+    def live_buffers(self) -> list[Buffer]:
+        return [b for b in self.buffers if not b.freed]
+
+    def free(self, buf: Buffer) -> None:
+        """Free ``buf`` now (teardown does it otherwise); freeing twice is a no-op."""
+        alloc = buf.release()
+        if alloc is not None:
+            buf.memory_mode.free(self.drv, alloc)
+
+    # -- device-side operations --------------------------------------------------------------------
+    def memset(self, buf: Buffer, value: int) -> None:
+        """Queue ``cuMemsetD8`` of every byte of ``buf`` to ``value`` on the stream."""
+        if buf.nbytes:
+            self.drv.memset_d8(buf.ptr, value, buf.nbytes, self.stream)
+
+    def copy(self, dst: Buffer, src: Buffer) -> None:
+        """Queue a device-side copy of ``src`` into ``dst`` (cuMemcpyDtoDAsync; any modes)."""
+        if dst.nbytes != src.nbytes:
+            raise ValueError(f"{self.nodeid}: jetmem.copy: {src!r} and {dst!r} differ in size")
+        if src.nbytes:
+            self.drv.memcpy_dtod(dst.ptr, src.ptr, src.nbytes, self.stream)
+
+    # -- kernels -----------------------------------------------------------------------------------
+    def compile(self, source: str, name: str, options: Sequence[str] = ()) -> Kernel:
+        """Compile ``name`` from CUDA ``source`` with NVRTC for this device (cached on disk)."""
+        compiled = self.session.compiled(source, name, tuple(options))
+        return Kernel(self, compiled, parse_signature(source, name))
+
+    def kernel(self, name: str) -> Kernel:
+        """A bundled kernel by name (see ``pytest_jetmem.kernels.names()``)."""
+        if name not in self._kernels:
+            try:
+                src = bundled.source(name)
+            except KeyError:
+                raise KeyError(
+                    f"{self.nodeid}: no bundled kernel {name!r}; bundled: {', '.join(bundled.names())}"
+                ) from None
+            compiled = self.session.compiled(src, name, (), filename=bundled.source_file(name))
+            self._kernels[name] = Kernel(self, compiled, parse_signature(src, name))
+        return self._kernels[name]
+
+    def function(self, compiled: CompiledKernel) -> Any:
+        """The loaded ``CUfunction`` of ``compiled`` (for :class:`~pytest_jetmem.cuda.launch.Kernel`)."""
+        return self.session.function(compiled)
+
+    def before_launch(self, stream: Any = None) -> None:
+        """Launch bookkeeping: observers learn that ``stream`` has work."""
+        for observer in self.observers:
+            observer.launched(stream)
+
+    def check_host_access(self, buf: Buffer) -> None:
+        """Called before host access through a buffer's API (an observer may refuse it)."""
+        for observer in self.observers:
+            observer.check_host_access(buf)
+
+    def attached(self, buf: Buffer, attachment: Attachment, queued_on: Any, *, pending: bool) -> None:
+        """Observers learn a new stream association of ``buf`` (see :mod:`pytest_jetmem.cuda.attach`)."""
+        for observer in self.observers:
+            if not pending:
+                observer.synchronized(queued_on)  # a real synchronisation: earlier work on that stream is done
+            observer.attached(buf, attachment, queued_on, pending=pending)
+
+    # -- synchronisation ---------------------------------------------------------------------------
+    def synchronize(self) -> None:
+        """Wait for all work queued on jetmem's stream."""
+        self.session.device.synchronize()
+        for observer in self.observers:
+            observer.synchronized(self.stream)
+
+    # -- teardown ----------------------------------------------------------------------------------
+    def close(self) -> list[str]:
+        """Free every live buffer; return the problems met (teardown reports them)."""
+        problems: list[str] = []
+        if self.closed:
+            return problems
+        self.closed = True
+        if self.session.device.broken:
+            for buf in self.buffers:
+                buf.release()  # the context is gone for good; the driver must not be called again
+            return problems
+        try:
+            self.synchronize()
+        except CudaError as exc:
+            problems.append(f"synchronize at teardown: {exc}")
+        for buf in reversed(self.buffers):
+            try:
+                self.free(buf)
+            except CudaError as exc:
+                problems.append(f"freeing {buf!r}: {exc}")
+        return problems
+
+
+W = TypeVar("W", bound=Workspace)
+
+
+@contextlib.contextmanager
+def open_workspace(
+    mode: str = "device",
+    cache_dir: str | Path | None = None,
+    *,
+    nodeid: str = "",
+    factory: Callable[[CudaSession, str, str], W] = Workspace,  # type: ignore[assignment]
+) -> Iterator[W]:
+    """Open the device, a session and a workspace in ``mode`` (made by ``factory``); all closed on exit.
+
+    Raises :class:`~pytest_jetmem.errors.CudaUnavailable` where there is no driver, device or NVRTC, or the
+    device cannot do ``mode``.
+    """
+    with open_session(cache_dir) as session:
+        reason = get_mode(mode).unsupported_reason(session.device.info)
+        if reason:
+            raise CudaUnavailable(reason)
+        ws = factory(session, mode, nodeid or f"open_workspace({mode!r})")
+        try:
+            yield ws
+        finally:
+            ws.close()

@@ -1,0 +1,107 @@
+"""The machine a measurement was taken on, and the fields whose change makes timings incomparable.
+
+A baseline records a :class:`Machine`; comparing with one from another fingerprint is never silent.
+:func:`machine_of` builds one from the device facts and the Jetson state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+
+from pytest_jetmem.cuda.device import DeviceInfo
+from pytest_jetmem.machine.jetson import JetsonState
+from pytest_jetmem.validate import expect, is_int
+
+__all__ = ["FINGERPRINT_FIELDS", "Machine", "machine_of"]
+
+#: Machine fields whose change makes timings incomparable.
+FINGERPRINT_FIELDS = (
+    "device_name",
+    "compute_capability",
+    "driver_version",
+    "l4t_release",
+    "nvpmodel_mode",
+    "clocks_locked",
+)
+
+
+@dataclass(frozen=True)
+class Machine:
+    """The machine a baseline was measured on. ``None`` means not known or not applicable (no Jetson)."""
+
+    device_name: str
+    compute_capability: str  # "9.0"
+    driver_version: int  # cuDriverGetVersion, e.g. 13000
+    cuda_bindings_version: str | None = None
+    nvrtc_version: str | None = None
+    l4t_release: str | None = None  # "36.4.3" on Jetson
+    nvpmodel_mode: str | None = None  # power mode name or id on Jetson
+    gpu_cur_freq_hz: int | None = None
+    gpu_max_freq_hz: int | None = None
+    emc_freq_hz: int | None = None
+    clocks_locked: bool | None = None
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name in ("device_name", "compute_capability"):
+                expect(isinstance(value, str) and value != "", f"machine.{f.name}", value, "a non-empty str")
+            elif f.name == "driver_version":
+                expect(is_int(value), "machine.driver_version", value, "an int")
+                object.__setattr__(self, f.name, int(value))
+            elif f.name.endswith("_hz"):
+                expect(value is None or is_int(value), f"machine.{f.name}", value, "an int or None")
+                if value is not None:
+                    object.__setattr__(self, f.name, int(value))
+            elif f.name == "clocks_locked":
+                expect(value is None or isinstance(value, bool), "machine.clocks_locked", value, "bool or None")
+            else:
+                expect(value is None or isinstance(value, str), f"machine.{f.name}", value, "a str or None")
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain dict of every field (JSON-ready)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Machine:
+        """Inverse of :meth:`to_dict`; missing optional fields are None, unknown keys are ignored."""
+        if not isinstance(data, Mapping):
+            raise ValueError(f"machine: expected an object, got {type(data).__name__}")
+        known = {f.name for f in fields(cls)}
+        for required in ("device_name", "compute_capability", "driver_version"):
+            if required not in data:
+                raise ValueError(f"machine: missing {required!r}")
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+    def fingerprint(self) -> dict[str, Any]:
+        """The fields whose change makes timings incomparable (FINGERPRINT_FIELDS)."""
+        return {name: getattr(self, name) for name in FINGERPRINT_FIELDS}
+
+    def mismatches(self, other: Machine) -> list[str]:
+        """Human-readable fingerprint differences, this machine's value first.
+
+        ``["device_name: 'Orin' != 'NVIDIA H100 80GB HBM3'"]``; empty when the timings are comparable.
+        """
+        mine, theirs = self.fingerprint(), other.fingerprint()
+        return [f"{k}: {mine[k]!r} != {theirs[k]!r}" for k in FINGERPRINT_FIELDS if mine[k] != theirs[k]]
+
+
+def machine_of(info: DeviceInfo, jetson: JetsonState | None = None) -> Machine:
+    """The machine record of an open device and, on a Jetson, its power state."""
+    js = jetson or JetsonState()
+    nvrtc = ".".join(map(str, info.nvrtc_version)) if info.nvrtc_version else None
+    return Machine(
+        device_name=info.name,
+        compute_capability=".".join(map(str, info.compute_capability)),
+        driver_version=info.driver_version,
+        cuda_bindings_version=info.bindings_version or None,
+        nvrtc_version=nvrtc,
+        l4t_release=js.l4t_release,
+        nvpmodel_mode=js.nvpmodel_name or (str(js.nvpmodel_id) if js.nvpmodel_id is not None else None),
+        gpu_cur_freq_hz=js.gpu_cur_freq_hz,
+        gpu_max_freq_hz=js.gpu_max_freq_hz,
+        emc_freq_hz=js.emc_freq_hz,
+        clocks_locked=js.clocks_locked,
+    )

@@ -1,0 +1,435 @@
+"""Stored baselines: the timing samples of a named run, with the machine they were measured on.
+
+One baseline is one JSON file (UTF-8), ``<directory>/<name>.json``, format version 1::
+
+    {
+      "format": "pytest-jetmem-baseline",      identifies the file; anything else is refused
+      "version": 1,                             this module reads version 1 only
+      "name": "main",                           the baseline's name (the file's stem)
+      "created": "2026-11-22T10:00:00Z",        ISO 8601, UTC: when the session first wrote the file
+      "session": "5f1c...",                     pytest session that wrote it (shared by xdist workers)
+      "machine": {                              Machine.to_dict(): where the timings were taken
+        "device_name": "NVIDIA H100 80GB HBM3", "compute_capability": "9.0", "driver_version": 13000,
+        "cuda_bindings_version": "13.3.1", "nvrtc_version": "13.0", "l4t_release": null,
+        "nvpmodel_mode": null, "gpu_cur_freq_hz": null, "gpu_max_freq_hz": null, "emc_freq_hz": null,
+        "clocks_locked": null
+      },
+      "entries": {                              one per timed thing, keyed by entry_key(nodeid, mode, scope)
+        "<key>": {
+          "nodeid": "tests/test_conv.py::test_conv[managed]",
+          "mode": "managed",                    memory mode
+          "scope": "call",                      what was timed within the test
+          "unit": "ms",                         always milliseconds
+          "samples": [0.312, 0.309, ...],       steady-state timings, warm-up excluded (the truth)
+          "first_call_ms": 0.994,               the first (cold) call, or null
+          "summary": {"n": ..., "median": ..., "mad": ..., "iqr": ..., "p5": ..., "p95": ...,
+                      "min": ..., "max": ...},  derived from samples for people and tools; recomputed on load
+          "runs": [[...], [...]]                optional: the samples of each run (fresh allocations, or
+                                                sessions added with append); "samples" is then all of them
+        }
+      }
+    }
+
+Readers ignore keys they do not know (additions keep version 1); a change of meaning bumps "version".
+Saving merges entries into the file of the same session under an exclusive lock (``fcntl.flock`` on
+``<name>.json.lock``), so pytest-xdist workers can each add theirs; every write is atomic (temporary file in
+the same directory, fsync, ``os.replace``). A file from another session is replaced only on request, and
+then kept as ``<name>.json.prev``. A file that cannot be read is reported and never modified by ``load``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from pytest_jetmem.atomic import write_atomic
+from pytest_jetmem.errors import BaselineError, BaselineExists, BaselineNotFound
+from pytest_jetmem.machine.fingerprint import FINGERPRINT_FIELDS, Machine
+from pytest_jetmem.measure.stats import Summary, summarize
+from pytest_jetmem.validate import expect, is_int, is_number
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - not POSIX
+    fcntl = None  # type: ignore[assignment]
+
+__all__ = [
+    "FINGERPRINT_FIELDS",
+    "FORMAT",
+    "VERSION",
+    "Baseline",
+    "BaselineError",
+    "BaselineExists",
+    "BaselineNotFound",
+    "BaselineStore",
+    "Entry",
+    "Machine",
+    "entry_key",
+]
+
+FORMAT = "pytest-jetmem-baseline"
+VERSION = 1
+
+_NAME_RE = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,99}")
+
+
+def entry_key(nodeid: str, mode: str, scope: str) -> str:
+    """The key of an entry: ``<nodeid>::<mode>::<scope>``."""
+    return f"{nodeid}::{mode}::{scope}"
+
+
+@dataclass(frozen=True)
+class Entry:
+    """The timings of one thing (``scope``) of one test item in one memory mode, in milliseconds."""
+
+    nodeid: str
+    mode: str
+    scope: str
+    samples: tuple[float, ...]
+    first_call_ms: float | None = None
+    unit: str = "ms"
+    #: Samples per run (fresh allocations or separate sessions); empty means one run, ``samples``.
+    runs: tuple[tuple[float, ...], ...] = ()
+
+    def __post_init__(self) -> None:
+        for name in ("nodeid", "mode", "scope"):
+            value = getattr(self, name)
+            expect(isinstance(value, str) and value != "", name, value, "a non-empty str")
+        expect(self.unit == "ms", "unit", self.unit, "'ms'")
+        raw = self.samples
+        expect(isinstance(raw, (list, tuple)) or hasattr(raw, "tolist"), "samples", raw, "a list of numbers")
+        values = raw.tolist() if hasattr(raw, "tolist") else list(raw)
+        expect(len(values) > 0, "samples", values, "at least one sample")
+        for v in values:
+            expect(is_number(v) and math.isfinite(v) and v >= 0, "samples", v, "finite durations >= 0")
+        object.__setattr__(self, "samples", tuple(float(v) for v in values))
+        runs = []
+        for run in self.runs:
+            vals = run.tolist() if hasattr(run, "tolist") else list(run)
+            expect(len(vals) > 0, "runs", vals, "non-empty lists of samples")
+            for v in vals:
+                expect(is_number(v) and math.isfinite(v) and v >= 0, "runs", v, "finite durations >= 0")
+            runs.append(tuple(float(v) for v in vals))
+        object.__setattr__(self, "runs", tuple(runs))
+        fc = self.first_call_ms
+        if fc is not None:
+            expect(is_number(fc) and math.isfinite(fc) and fc >= 0, "first_call_ms", fc, "a duration or None")
+            object.__setattr__(self, "first_call_ms", float(fc))
+
+    @property
+    def key(self) -> str:
+        """:func:`entry_key` of this entry."""
+        return entry_key(self.nodeid, self.mode, self.scope)
+
+    @property
+    def summary(self) -> Summary:
+        """Robust summary of the samples."""
+        return summarize(self.samples)
+
+    @property
+    def run_samples(self) -> tuple[tuple[float, ...], ...]:
+        """The samples of each run (one run: the samples)."""
+        return self.runs or (self.samples,)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The entry's JSON object."""
+        return {
+            "nodeid": self.nodeid,
+            "mode": self.mode,
+            "scope": self.scope,
+            "unit": self.unit,
+            "samples": list(self.samples),
+            "first_call_ms": self.first_call_ms,
+            "summary": self.summary.to_dict(),
+            **({"runs": [list(r) for r in self.runs]} if self.runs else {}),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Entry:
+        """Inverse of :meth:`to_dict` (the stored summary is ignored: it is recomputed from the samples)."""
+        if not isinstance(data, Mapping):
+            raise ValueError(f"expected an object, got {type(data).__name__}")
+        for required in ("nodeid", "mode", "scope", "samples"):
+            if required not in data:
+                raise ValueError(f"missing {required!r}")
+        return cls(
+            nodeid=data["nodeid"],
+            mode=data["mode"],
+            scope=data["scope"],
+            samples=data["samples"],
+            first_call_ms=data.get("first_call_ms"),
+            unit=data.get("unit", "ms"),
+            runs=tuple(data.get("runs") or ()),
+        )
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """A loaded (or just saved) baseline."""
+
+    name: str
+    created: str
+    session: str
+    machine: Machine
+    entries: dict[str, Entry] = field(default_factory=dict)
+    path: Path | None = None
+
+    def entry(self, key: str) -> Entry | None:
+        """The entry stored under ``key``, or None when this baseline has none."""
+        return self.entries.get(key)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The file's JSON object (entries sorted by key)."""
+        return {
+            "format": FORMAT,
+            "version": VERSION,
+            "name": self.name,
+            "created": self.created,
+            "session": self.session,
+            "machine": self.machine.to_dict(),
+            "entries": {k: self.entries[k].to_dict() for k in sorted(self.entries)},
+        }
+
+
+def _utc_now() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _parse(doc: Any, name: str, path: Path) -> Baseline:
+    """Validate a decoded baseline document; BaselineError naming ``path`` and the problem."""
+    if not isinstance(doc, dict):
+        raise BaselineError(path, f"not a pytest-jetmem baseline (top level is a JSON {type(doc).__name__})")
+    fmt = doc.get("format")
+    if fmt != FORMAT:
+        raise BaselineError(path, f"not a pytest-jetmem baseline (format {fmt!r}, expected {FORMAT!r})")
+    version = doc.get("version")
+    if not is_int(version) or version != VERSION:
+        raise BaselineError(
+            path,
+            f"unsupported baseline format version {version!r} (this pytest-jetmem reads version {VERSION}); "
+            "use a matching pytest-jetmem or save the baseline again",
+        )
+    try:
+        for key in ("created", "session"):
+            expect(isinstance(doc.get(key), str) and doc[key] != "", key, doc.get(key), "a non-empty str")
+        if "machine" not in doc:
+            raise ValueError("missing 'machine'")
+        machine = Machine.from_dict(doc["machine"])
+        raw_entries = doc.get("entries")
+        expect(isinstance(raw_entries, dict), "entries", type(raw_entries).__name__, "an object")
+        assert isinstance(raw_entries, dict)
+        entries: dict[str, Entry] = {}
+        for key, raw in raw_entries.items():
+            try:
+                entries[key] = Entry.from_dict(raw)
+            except (KeyError, TypeError, ValueError) as exc:
+                raise ValueError(f"entries[{key!r}]: {exc}") from exc
+    except (KeyError, TypeError, ValueError) as exc:
+        raise BaselineError(path, f"malformed baseline: {exc}") from exc
+    return Baseline(
+        name=name, created=doc["created"], session=doc["session"], machine=machine, entries=entries, path=path
+    )
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically (:func:`write_atomic`, the folder fsynced too)."""
+    try:
+        write_atomic(path, data, sync_dir=True)
+    except OSError as exc:
+        raise BaselineError(path, f"cannot write: {exc}") from exc
+
+
+MAX_RUNS = 50
+
+
+def _append_runs(old: Entry, new: Entry) -> Entry:
+    runs = (*old.run_samples, *new.run_samples)[-MAX_RUNS:]
+    return Entry(
+        nodeid=new.nodeid,
+        mode=new.mode,
+        scope=new.scope,
+        samples=tuple(v for run in runs for v in run),
+        first_call_ms=new.first_call_ms,
+        runs=runs,
+    )
+
+
+class BaselineStore:
+    """The baselines in one directory, one ``NAME.json`` file each."""
+
+    def __init__(self, directory: str | os.PathLike[str]) -> None:
+        self.directory = Path(directory)
+
+    def path(self, name: str) -> Path:
+        """The file of baseline ``name``.
+
+        ValueError unless the name is 1-100 of ``A-Za-z0-9._-`` and does not start with a dot.
+        """
+        if not isinstance(name, str) or not _NAME_RE.fullmatch(name):
+            raise ValueError(
+                f"invalid baseline name {name!r}: use 1-100 letters, digits, '.', '_' or '-', not starting with '.'"
+            )
+        return self.directory / f"{name}.json"
+
+    def exists(self, name: str) -> bool:
+        """Whether baseline ``name`` has a file."""
+        return self.path(name).is_file()
+
+    def names(self) -> list[str]:
+        """Sorted names of the baselines in the directory (empty if it does not exist)."""
+        if not self.directory.is_dir():
+            return []
+        return sorted(
+            p.name[: -len(".json")]
+            for p in self.directory.iterdir()
+            if p.name.endswith(".json") and _NAME_RE.fullmatch(p.name[: -len(".json")]) and p.is_file()
+        )
+
+    def load(self, name: str) -> Baseline:
+        """Read and check baseline ``name``; BaselineError naming the file (BaselineNotFound if missing)."""
+        path = self.path(name)
+        return self._read(path, name)
+
+    @staticmethod
+    def _read(path: Path, name: str) -> Baseline:
+        try:
+            raw = path.read_bytes()
+        except FileNotFoundError as exc:
+            raise BaselineNotFound(path, "no such baseline file") from exc
+        except OSError as exc:
+            raise BaselineError(path, f"cannot read: {exc.strerror or exc}") from exc
+        try:
+            doc = json.loads(raw.decode("utf-8"))
+        except UnicodeDecodeError as exc:
+            raise BaselineError(path, f"corrupt baseline: not UTF-8 ({exc})") from exc
+        except json.JSONDecodeError as exc:
+            raise BaselineError(path, f"corrupt baseline: not valid JSON ({exc})") from exc
+        return _parse(doc, name, path)
+
+    @contextlib.contextmanager
+    def _locked(self, path: Path) -> Iterator[None]:
+        """Hold an exclusive flock on ``<path>.lock`` (a sibling file, left in place)."""
+        if fcntl is None:  # pragma: no cover - not POSIX
+            raise BaselineError(path, "saving baselines needs POSIX file locks (fcntl), missing on this platform")
+        lock_path = path.with_name(path.name + ".lock")
+        try:
+            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise BaselineError(path, f"cannot open lock file {lock_path}: {exc}") from exc
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)  # releases the lock
+
+    def save(
+        self,
+        name: str,
+        machine: Machine,
+        entries: Mapping[str, Entry | Mapping[str, Any]],
+        session: str,
+        overwrite: bool = False,
+        append: bool = False,
+    ) -> Baseline:
+        """Merge ``entries`` into baseline ``name`` for ``session`` and return the baseline as written.
+
+        Same session: entries are merged (a key saved again is replaced); a different machine fingerprint
+        is a BaselineError. Another session's (or an unreadable) file: BaselineExists / BaselineError unless
+        ``overwrite``; then it is kept as ``NAME.json.prev`` and replaced. With ``append``, another
+        session's runs are added to the existing entries instead (same machine fingerprint required; the
+        newest ``MAX_RUNS`` runs are kept), so a baseline can hold the spread between sessions.
+        Safe across processes.
+        """
+        path = self.path(name)
+        if not isinstance(machine, Machine):
+            raise TypeError(f"machine must be a Machine, got {type(machine).__name__}")
+        if not isinstance(session, str) or not session:
+            raise ValueError(f"session must be a non-empty str, got {session!r}")
+        new: dict[str, Entry] = {}
+        for key, value in entries.items():
+            if not isinstance(key, str) or not key:
+                raise ValueError(f"entry keys must be non-empty str, got {key!r}")
+            try:
+                new[key] = value if isinstance(value, Entry) else Entry.from_dict(value)
+            except (KeyError, TypeError, ValueError) as exc:
+                raise ValueError(f"entry {key!r}: {exc}") from exc
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise BaselineError(path, f"cannot create directory {self.directory}: {exc}") from exc
+
+        prev = path.with_name(path.name + ".prev")
+        with self._locked(path):
+            existing: Baseline | None = None
+            unreadable: BaselineError | None = None
+            try:
+                existing = self._read(path, name)
+            except BaselineNotFound:
+                pass
+            except BaselineError as exc:
+                unreadable = exc
+
+            if unreadable is not None and not overwrite:
+                raise BaselineError(
+                    path,
+                    f"cannot add to it ({unreadable.reason}); pass overwrite to replace it "
+                    f"(the old file is kept as {prev.name})",
+                ) from unreadable
+            if existing is not None and existing.session == session:
+                diffs = existing.machine.mismatches(machine)
+                if diffs:
+                    raise BaselineError(
+                        path, f"session {session} already saved it from another machine: " + "; ".join(diffs)
+                    )
+                baseline = Baseline(
+                    name=name,
+                    created=existing.created,
+                    session=session,
+                    machine=existing.machine,
+                    entries={**existing.entries, **new},
+                    path=path,
+                )
+            elif existing is not None and append:
+                diffs = existing.machine.mismatches(machine)
+                if diffs:
+                    raise BaselineError(path, "cannot append runs from another machine: " + "; ".join(diffs))
+                merged = dict(existing.entries)
+                for key, entry in new.items():
+                    old = merged.get(key)
+                    merged[key] = entry if old is None else _append_runs(old, entry)
+                baseline = Baseline(
+                    name=name,
+                    created=existing.created,
+                    session=session,
+                    machine=existing.machine,
+                    entries=merged,
+                    path=path,
+                )
+            else:
+                if existing is not None and not overwrite:
+                    raise BaselineExists(
+                        path,
+                        f"baseline {name!r} exists from another session ({existing.session}, created "
+                        f"{existing.created}); pass overwrite to replace it "
+                        f"(the old file is kept as {prev.name})",
+                    )
+                if existing is not None or unreadable is not None:
+                    try:
+                        kept = path.read_bytes()
+                    except OSError as exc:
+                        raise BaselineError(path, f"cannot read it to keep a copy: {exc}") from exc
+                    _atomic_write(prev, kept)
+                baseline = Baseline(
+                    name=name, created=_utc_now(), session=session, machine=machine, entries=new, path=path
+                )
+            data = json.dumps(baseline.to_dict(), indent=1, allow_nan=False).encode("utf-8") + b"\n"
+            _atomic_write(path, data)
+        return baseline

@@ -1,0 +1,279 @@
+"""Measuring GPU work honestly: first call apart, warm-up, samples until a stopping rule, two scopes.
+
+* ``kernel`` scope: device time of the work, with CUDA events on jetmem's stream. The stream is held by
+  a spinning kernel while the work is queued (nvbench's blocking-kernel technique), so Python's launch
+  overhead is not timed. jetmem's stream is a *blocking* stream, so work CuPy or PyTorch launch on the
+  legacy default stream between the two events is ordered between them and counted too.
+* ``end_to_end`` scope: wall time of the host writing the inputs, the work, and the host reading the
+  outputs, with the synchronisation each mode needs: explicit copies for ``device``, direct host access
+  for ``managed`` and ``zero_copy`` (the seed 001 device figures "neglected the transfer times").
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from pytest_jetmem.measure.stats import StoppingRule, Summary, summarize
+
+if TYPE_CHECKING:
+    from pytest_jetmem.cuda.buffer import Buffer
+    from pytest_jetmem.cuda.workspace import Workspace
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - not POSIX
+    fcntl = None  # type: ignore[assignment]
+
+SCOPES = ("kernel", "end_to_end")
+
+
+@dataclass
+class Measurement:
+    """Timings of one piece of work in one memory mode (milliseconds)."""
+
+    label: str
+    mode: str
+    scope: str
+    samples: list[float] = field(default_factory=list)
+    first_call_ms: float | None = None
+    first_call_wall_ms: float | None = None
+    warmup: int = 0
+    stop_reason: str = ""
+    flush_l2: bool = False
+    #: Samples of each run when the body ran several times with fresh allocations (``--jetmem-runs``).
+    runs: list[list[float]] = field(default_factory=list)
+    #: Wall-clock span (``time.time()``) of the timed section, held under the per-GPU lock.
+    span: tuple[float, float] | None = None
+
+    def add_runs(self, others: Sequence[Measurement]) -> None:
+        """Fold the measurements of further runs in: ``samples`` becomes all runs' samples."""
+        self.runs = [list(self.samples), *(list(o.samples) for o in others)]
+        self.samples = [v for run in self.runs for v in run]
+
+    @property
+    def summary(self) -> Summary:
+        return summarize(self.samples)
+
+    @property
+    def median(self) -> float:
+        return float(np.median(self.samples))
+
+    @property
+    def key(self) -> str:
+        return f"{self.label or 'measure'}:{self.scope}"
+
+    def describe(self) -> str:
+        s = self.summary
+        first = f", first call {self.first_call_ms:.4g} ms" if self.first_call_ms is not None else ""
+        return (
+            f"{self.mode} {self.key}: median {s.median:.4g} ms (MAD {s.mad:.2g}, p5 {s.p5:.4g}, p95 {s.p95:.4g}, "
+            f"n={s.n}){first}"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "label": self.label,
+            "mode": self.mode,
+            "scope": self.scope,
+            "samples": list(self.samples),
+            "first_call_ms": self.first_call_ms,
+            "first_call_wall_ms": self.first_call_wall_ms,
+            "warmup": self.warmup,
+            "stop_reason": self.stop_reason,
+            "flush_l2": self.flush_l2,
+            "runs": self.runs,
+            "summary": self.summary.to_dict() if self.samples else None,
+        }
+
+
+def validate_scope(scope: str, where: str) -> str:
+    if scope not in SCOPES:
+        raise ValueError(f"{where}: unknown scope {scope!r}; expected one of {', '.join(SCOPES)}")
+    return scope
+
+
+class Sampler:
+    """Times one callable in one handle's mode, one sample per call of :meth:`sample`."""
+
+    def __init__(
+        self,
+        ws: Workspace,
+        fn: Callable[[], Any],
+        scope: str = "kernel",
+        inputs: Sequence[tuple[Buffer, np.ndarray]] = (),
+        outputs: Sequence[Buffer] = (),
+        flush_l2: bool = False,
+        block_stream: bool = True,
+    ) -> None:
+        self.ws = ws
+        self.fn = fn
+        self.scope = validate_scope(scope, f"{ws.nodeid}: measure")
+        self.inputs = [(b, np.ascontiguousarray(a, dtype=b.dtype).reshape(b.shape)) for b, a in inputs]
+        self.outputs = [(b, np.empty(b.shape, b.dtype)) for b in outputs]
+        self.flush_l2 = flush_l2
+        self.block_stream = block_stream
+        drv = ws.drv
+        self._start, self._end = drv.event_create(), drv.event_create()
+
+    def close(self) -> None:
+        drv = self.ws.drv
+        for ev in (self._start, self._end):
+            with contextlib.suppress(Exception):
+                drv.event_destroy(ev)
+
+    def _device_sample(self) -> tuple[float, float]:
+        """(device ms, wall ms) of one call, the stream held while the work is queued."""
+        ws, drv = self.ws, self.ws.drv
+        if self.flush_l2:
+            ws.session.flush_l2()
+        blocker = ws.session.blocker() if self.block_stream else None
+        t0 = time.perf_counter()
+        if blocker is not None:
+            blocker.hold(ws)
+        drv.event_record(self._start, ws.stream)
+        try:
+            self.fn()
+        finally:
+            drv.event_record(self._end, ws.stream)
+            if blocker is not None:
+                blocker.release()
+        drv.event_synchronize(self._end)
+        wall = (time.perf_counter() - t0) * 1e3
+        return drv.event_elapsed_ms(self._start, self._end), wall
+
+    def _end_to_end_sample(self) -> float:
+        ws, drv = self.ws, self.ws.drv
+        if self.flush_l2:
+            ws.session.flush_l2()
+        ws.synchronize()
+        t0 = time.perf_counter()
+        for buf, arr in self.inputs:
+            if buf.allocation.host_ptr is None:
+                drv.memcpy_htod(buf.ptr, arr.ctypes.data, buf.nbytes)
+            else:
+                np.copyto(buf.host, arr)
+        self.fn()
+        ws.synchronize()
+        for buf, out in self.outputs:
+            if buf.allocation.host_ptr is None:
+                drv.memcpy_dtoh(out.ctypes.data, buf.ptr, buf.nbytes)
+            else:
+                np.copyto(out, buf.host)
+        return (time.perf_counter() - t0) * 1e3
+
+    def first(self) -> tuple[float, float]:
+        """The first call: (timed figure, wall ms). Kept apart from the steady state."""
+        if self.scope == "kernel":
+            return self._device_sample()
+        wall = self._end_to_end_sample()
+        return wall, wall
+
+    def sample(self) -> float:
+        if self.scope == "kernel":
+            return self._device_sample()[0]
+        return self._end_to_end_sample()
+
+
+def run_samples(samplers: Sequence[Sampler], rule: StoppingRule) -> list[tuple[list[float], str]]:
+    """Sample every sampler in turn (A B A B ...) until each one's samples satisfy ``rule``.
+
+    Interleaving makes drift (clocks, temperature, other tenants) hit every sampler alike, so their
+    ratio holds on a noisy machine. Returns each sampler's samples and stop reason. Callers hold
+    :func:`gpu_lock` around the first call, the warm-up and this, so no other process times the GPU meanwhile.
+    """
+    out: list[list[float]] = [[] for _ in samplers]
+    reasons = [""] * len(samplers)
+    t0 = time.perf_counter()
+    while True:
+        for i, s in enumerate(samplers):
+            out[i].append(s.sample())
+        elapsed = time.perf_counter() - t0
+        verdicts = [rule.done(o, elapsed) for o in out]
+        if all(done for done, _ in verdicts):
+            reasons = [why for _, why in verdicts]
+            break
+    return list(zip(out, reasons, strict=False))
+
+
+def measure(
+    ws: Workspace,
+    fn: Callable[[], Any],
+    *,
+    label: str = "",
+    scope: str = "kernel",
+    inputs: Sequence[tuple[Buffer, np.ndarray]] = (),
+    outputs: Sequence[Buffer] = (),
+    warmup: int = 3,
+    rule: StoppingRule | None = None,
+    flush_l2: bool = False,
+) -> Measurement:
+    """Time ``fn`` (work queued on the workspace's stream) in ``ws``'s mode; see the module docstring.
+
+    Returns the measurement; the caller records it (with :meth:`MeasureCall` to time it again later).
+    """
+    if warmup < 0:
+        raise ValueError(f"{ws.nodeid}: measure: warmup must be >= 0, got {warmup}")
+    rule = rule or StoppingRule()
+    sampler = Sampler(ws, fn, scope, inputs, outputs, flush_l2)
+    try:
+        with gpu_lock(ws.device.ordinal):
+            t_start = time.time()
+            first, first_wall = sampler.first()
+            for _ in range(warmup):
+                sampler.sample()
+            ((samples, reason),) = run_samples([sampler], rule)
+            span = (t_start, time.time())
+        m = Measurement(
+            label=label,
+            mode=ws.mode,
+            scope=scope,
+            samples=samples,
+            first_call_ms=first,
+            first_call_wall_ms=first_wall,
+            warmup=warmup,
+            stop_reason=reason,
+            flush_l2=flush_l2,
+            span=span,
+        )
+    finally:
+        sampler.close()
+    return m
+
+
+@dataclass(frozen=True)
+class MeasureCall:
+    """What a test asked :func:`measure` to time, kept so the plugin can time it again side by side."""
+
+    label: str
+    scope: str
+    fn: Callable[[], Any]
+    inputs: tuple[tuple[Buffer, np.ndarray], ...]
+    outputs: tuple[Buffer, ...]
+    flush_l2: bool
+    warmup: int
+
+    def sampler(self, ws: Workspace) -> Sampler:
+        return Sampler(ws, self.fn, self.scope, self.inputs, self.outputs, self.flush_l2)
+
+
+@contextlib.contextmanager
+def gpu_lock(ordinal: int | None) -> Iterator[None]:
+    """Hold an exclusive per-GPU file lock while timing: xdist workers sharing a GPU never overlap."""
+    if ordinal is None or fcntl is None:
+        yield
+        return
+    path = os.path.join(tempfile.gettempdir(), f"pytest-jetmem-gpu{ordinal}.lock")
+    with open(path, "a") as fh:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)

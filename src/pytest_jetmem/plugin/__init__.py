@@ -1,0 +1,22 @@
+"""The pytest plugin (entry point ``jetmem``): declares the halves, one per marker, and nothing else.
+
+- :mod:`~pytest_jetmem.plugin.memmode`: ``@pytest.mark.memmode``, ``--jetmem-modes``, the fixtures, the header;
+- :mod:`~pytest_jetmem.plugin.runtime`: ``@pytest.mark.memmode_runtime``, baselines and the regression gate;
+- :mod:`~pytest_jetmem.plugin.coherence`: ``@pytest.mark.memmode_coherence``;
+- :mod:`~pytest_jetmem.plugin.concurrency`: ``@pytest.mark.memmode_concurrency`` and ``--jetmem-tegra-strict``;
+- :mod:`~pytest_jetmem.plugin.report`: ``--jetmem-report``.
+
+They share :mod:`~pytest_jetmem.plugin.options` (the option group and the option-else-ini resolver),
+:mod:`~pytest_jetmem.plugin.markers` (marker names, validation) and :mod:`~pytest_jetmem.plugin.sessions`
+(the per-session objects in ``config.stash``).
+"""
+
+from __future__ import annotations
+
+pytest_plugins = [
+    "pytest_jetmem.plugin.memmode",
+    "pytest_jetmem.plugin.runtime",
+    "pytest_jetmem.plugin.coherence",
+    "pytest_jetmem.plugin.concurrency",
+    "pytest_jetmem.plugin.report",
+]

@@ -1,0 +1,85 @@
+"""The plugin's options and ini keys: one ``--help`` group, one way to resolve "the option, else the ini key".
+
+Every setting ``<name>`` has the option ``--jetmem-<name>`` (dest ``jetmem_<name>``) and, where it makes
+sense, the ini key ``jetmem_<name>``; the option wins when given. A bad value is a ``pytest.UsageError`` that
+names the option or ini key, the value and what was expected.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+
+GROUP = "jetmem"
+GROUP_DESCRIPTION = "memory-mode testing of CUDA code (pytest-jetmem)"
+
+
+def option_group(parser: pytest.Parser) -> pytest.OptionGroup:
+    """The one ``--help`` group every half of the plugin adds its options to."""
+    return parser.getgroup(GROUP, GROUP_DESCRIPTION)
+
+
+def option_name(name: str) -> str:
+    """``fail`` -> ``--jetmem-fail``."""
+    return f"--jetmem-{name.replace('_', '-')}"
+
+
+def ini_name(name: str) -> str:
+    """``fail`` -> ``ini option jetmem_fail`` (as messages say it)."""
+    return f"ini option jetmem_{name}"
+
+
+def _ini(config: pytest.Config, name: str) -> Any:
+    try:
+        return config.getini(f"jetmem_{name}")
+    except ValueError as exc:  # a bool key pytest could not read ("invalid truth value 'maybe'")
+        raise pytest.UsageError(f"{ini_name(name)}: expected true or false, got {exc}") from None
+
+
+def raw(config: pytest.Config, name: str, *, ini: bool = True) -> tuple[Any, str]:
+    """(value, where it came from): the option if given, else the ini key (``ini=False``: option only)."""
+    value = config.getoption(f"jetmem_{name}", None)
+    if value is not None or not ini:
+        return value, option_name(name)
+    return _ini(config, name), ini_name(name)
+
+
+def get_str(config: pytest.Config, name: str, *, ini: bool = True) -> str | None:
+    """A text setting; an empty ini value is None."""
+    value, _ = raw(config, name, ini=ini)
+    if value is None:
+        return None
+    text = str(value).strip()
+    return text or None
+
+
+def get_bool(config: pytest.Config, name: str) -> bool:
+    """A flag: the option if given (store_true with default None), else the ini key (type bool)."""
+    value, _ = raw(config, name)
+    return bool(value)
+
+
+def get_float(config: pytest.Config, name: str, *, minimum: float, what: str) -> float:
+    """A finite number >= ``minimum``; ``what`` describes it for the error ("a percentage >= 0")."""
+    value, source = raw(config, name)
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise pytest.UsageError(f"{source}: expected {what}, got {value!r}") from None
+    if not math.isfinite(number) or number < minimum:
+        raise pytest.UsageError(f"{source}: expected {what}, got {number!r}")
+    return number
+
+
+def get_int(config: pytest.Config, name: str, *, minimum: int, what: str) -> int:
+    """An integer >= ``minimum``."""
+    value, source = raw(config, name)
+    try:
+        number = int(str(value).strip()) if isinstance(value, str) else value
+    except ValueError:
+        raise pytest.UsageError(f"{source}: expected {what}, got {value!r}") from None
+    if isinstance(number, bool) or not isinstance(number, int) or number < minimum:
+        raise pytest.UsageError(f"{source}: expected {what}, got {number!r}")
+    return number

@@ -1,0 +1,113 @@
+"""Running a test body again with a fresh ``jetmem`` handle: extra runs and side-by-side reference runs.
+
+A run is the body with fresh allocations (placement of pages, pinned memory and TLB state differ between
+allocations, so runs, not samples, carry that noise). A reference run is the body in another memory mode,
+whose work is then sampled interleaved with this mode's (A B A B ...), so a ratio holds on a noisy machine.
+The item's other fixtures are reused, so none of them may depend on ``jetmem``.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+from pytest_jetmem.cuda.modes import get_mode
+from pytest_jetmem.handle import Jetmem
+from pytest_jetmem.measure.stats import ratio_ci
+from pytest_jetmem.measure.timing import Measurement, gpu_lock, run_samples
+from pytest_jetmem.plugin.runtime_spec import RuntimeSpec
+
+
+def side_by_side(item: pytest.Function, handle: Jetmem, spec: RuntimeSpec) -> dict[int, tuple]:
+    """Run the body again in the reference mode, then sample both modes interleaved; ratios by call index."""
+    ref_mode = spec.relative_to
+    assert ref_mode is not None
+    if handle.mode == ref_mode:
+        return {i: (1.0, 1.0, 1.0, m.median, m.median, len(m.samples)) for i, m in enumerate(handle.measurements)}
+    reason = get_mode(ref_mode).unsupported_reason(handle.device)
+    if reason:
+        pytest.fail(f"{item.nodeid}: cannot time the reference mode for max_ratio: {reason}", pytrace=False)
+    ref = _rerun_body(item, handle, ref_mode, f"reference run in {ref_mode}")
+    try:
+        if len(ref.measure_calls) != len(handle.measure_calls):
+            pytest.fail(
+                f"{item.nodeid}: the body called jetmem.measure {len(handle.measure_calls)} times in {handle.mode} "
+                f"but {len(ref.measure_calls)} times in {ref_mode}: max_ratio pairs them by call order",
+                pytrace=False,
+            )
+        out = {}
+        for i, (a_call, b_call) in enumerate(zip(handle.measure_calls, ref.measure_calls, strict=True)):
+            a, b = a_call.sampler(handle), b_call.sampler(ref)
+            try:
+                with gpu_lock(handle.device.ordinal):
+                    for _ in range(a_call.warmup):
+                        a.sample()
+                        b.sample()
+                    (sa, _), (sb, _) = run_samples([a, b], handle.stopping_rule)
+            finally:
+                a.close()
+                b.close()
+            ratio, lo, hi = ratio_ci(sb, sa)
+            out[i] = (ratio, lo, hi, float(np.median(sa)), float(np.median(sb)), len(sa))
+        return out
+    finally:
+        problems = ref.close()
+        if problems:
+            warnings.warn(f"jetmem: reference run of {item.nodeid}: {'; '.join(problems)}", stacklevel=1)
+
+
+def _rerun_body(item: pytest.Function, handle: Jetmem, mode: str, what: str) -> Jetmem:
+    """Run the test body again with a fresh handle in ``mode`` (the caller closes it)."""
+    _check_rerunnable(item, what)
+    other = Jetmem(handle.session, mode, f"{item.nodeid} ({what})", handle.stopping_rule)
+    args = {name: item.funcargs[name] for name in item._fixtureinfo.argnames}
+    args["jetmem"] = other
+    if "memmode" in args:
+        args["memmode"] = mode
+    try:
+        item.obj(**args)
+    except BaseException:
+        other.close()
+        raise
+    return other
+
+
+def more_runs(item: pytest.Function, handle: Jetmem, extra: int) -> None:
+    """Repeat the body ``extra`` times with fresh allocations; fold each run into the measurements."""
+    others: list[list[Measurement]] = []
+    for r in range(extra):
+        h = _rerun_body(item, handle, handle.mode, f"run {r + 2}")
+        try:
+            if len(h.measurements) != len(handle.measurements):
+                pytest.fail(
+                    f"{item.nodeid}: run {r + 2} called jetmem.measure {len(h.measurements)} times, "
+                    f"run 1 {len(handle.measurements)} times",
+                    pytrace=False,
+                )
+            others.append(h.measurements)
+        finally:
+            h.close()
+    for i, m in enumerate(handle.measurements):
+        m.add_runs([run[i] for run in others])
+
+
+def _check_rerunnable(item: pytest.Function, what: str = "a reference run") -> None:
+    """The reference run reuses the item's fixtures: none of them may hold memory of this item's mode."""
+    defs = item._fixtureinfo.name2fixturedefs
+    tainted = {"jetmem", "memmode"}
+    changed = True
+    while changed:
+        changed = False
+        for name, fdefs in defs.items():
+            if name not in tainted and any(set(fd.argnames) & tainted for fd in fdefs):
+                tainted.add(name)
+                changed = True
+    bad = sorted(tainted - {"jetmem", "memmode"})
+    if bad:
+        pytest.fail(
+            f"{item.nodeid}: {what} re-runs the test body with a fresh jetmem handle, but fixture(s) "
+            f"{', '.join(bad)} depend on jetmem/memmode and would keep the first run's buffers; allocate in the body",
+            pytrace=False,
+        )

@@ -1,0 +1,461 @@
+"""The runtime half of the plugin: ``memmode_runtime`` assertions, baselines and the regression gate, the report.
+
+Judging happens right after a test body returns (``pytest_pyfunc_call``), so a failed assertion fails that
+item with its figures. Ratios to a reference mode are measured side by side: the body runs again with a
+handle in the reference mode and both modes' work is sampled interleaved (A B A B ...), so a ratio holds
+on a noisy machine, under ``-k`` selecting one mode, and when xdist puts the modes on different workers.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_jetmem.errors import BaselineError, BaselineNotFound
+from pytest_jetmem.handle import Jetmem
+from pytest_jetmem.machine.jetson import read_jetson_state, timing_warnings
+from pytest_jetmem.measure.baseline import BaselineStore, Entry, entry_key
+from pytest_jetmem.measure.benchjson import benchmark_json, write_benchmark_json
+from pytest_jetmem.measure.compare import Verdict, compare_runs
+from pytest_jetmem.measure.stats import StoppingRule
+from pytest_jetmem.measure.timing import Measurement
+from pytest_jetmem.plugin import markers, options
+from pytest_jetmem.plugin.rerun import more_runs, side_by_side
+from pytest_jetmem.plugin.runtime_spec import RuntimeSpec, parse_runtime_marker
+from pytest_jetmem.plugin.sessions import (
+    GateSession,
+    device_session,
+    gate_session,
+    set_gate_session,
+    sysroot,
+)
+
+MARKER = markers.RUNTIME
+PROPERTY = "jetmem"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = options.option_group(parser)
+    group.addoption(
+        "--jetmem-save",
+        nargs="?",
+        const="default",
+        default=None,
+        metavar="NAME",
+        help="save this run's timings as baseline NAME (default name: default)",
+    )
+    group.addoption(
+        "--jetmem-compare",
+        nargs="?",
+        const="default",
+        default=None,
+        metavar="NAME",
+        help="compare timings against baseline NAME and fail memmode_runtime tests that regressed",
+    )
+    group.addoption(
+        "--jetmem-fail",
+        type=float,
+        default=None,
+        metavar="PCT",
+        help="regression threshold in percent of the baseline median (default 5)",
+    )
+    group.addoption(
+        "--jetmem-baseline-dir",
+        default=None,
+        metavar="DIR",
+        help="where baselines live (default .jetmem/baselines under the rootdir)",
+    )
+    group.addoption(
+        "--jetmem-strict-machine",
+        action="store_true",
+        default=None,
+        help="fail instead of warn when the baseline comes from another machine fingerprint",
+    )
+    group.addoption(
+        "--jetmem-overwrite",
+        action="store_true",
+        default=False,
+        help="let --jetmem-save replace a baseline of an earlier session (kept as NAME.json.prev)",
+    )
+    group.addoption(
+        "--jetmem-append",
+        action="store_true",
+        default=False,
+        help="let --jetmem-save add this session's runs to an existing baseline of the same machine",
+    )
+    group.addoption(
+        "--jetmem-runs",
+        type=int,
+        default=None,
+        metavar="N",
+        help="run each measured test body N times with fresh allocations (default 1); the spread between "
+        "runs enters the regression test",
+    )
+    group.addoption(
+        "--jetmem-benchmark-json",
+        default=None,
+        metavar="PATH",
+        help="also write the timings in pytest-benchmark's JSON format",
+    )
+    group.addoption(
+        "--jetmem-max-time",
+        type=float,
+        default=None,
+        metavar="S",
+        help="time cap per measurement in seconds (default 1.0)",
+    )
+    group.addoption(
+        "--jetmem-noise",
+        type=float,
+        default=None,
+        metavar="FRACTION",
+        help="stop sampling when the median's relative standard error is below this (default 0.01)",
+    )
+    parser.addini("jetmem_baseline_dir", "baseline directory", default="")
+    parser.addini("jetmem_fail", "regression threshold in percent", default="5")
+    parser.addini("jetmem_compare", "baseline to compare against by default", default="")
+    parser.addini("jetmem_strict_machine", "fail on a baseline from another machine", type="bool", default=False)
+    parser.addini("jetmem_runs", "runs (fresh allocations) per measured test", default="1")
+    parser.addini("jetmem_max_time", "time cap per measurement in seconds", default="1.0")
+    parser.addini("jetmem_noise", "target relative noise of the median", default="0.01")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        f"{MARKER}(max_ms=None, max_ratio=None, relative_to=None, scope=None, baseline=True, label=None): "
+        "assert on the runtimes jetmem.measure() recorded (see pytest-jetmem docs)",
+    )
+    fail_pct = options.get_float(config, "fail", minimum=0.0, what="a percentage >= 0")
+    max_time = options.get_float(config, "max_time", minimum=1e-3, what="seconds > 0")
+    noise = options.get_float(config, "noise", minimum=1e-6, what="a fraction > 0")
+    device = device_session(config)
+    device.stopping_rule = StoppingRule(target_rel_noise=noise, max_time_s=max_time)
+    bdir = options.get_str(config, "baseline_dir") or ".jetmem/baselines"
+    gate = GateSession(
+        device=device,
+        session_id=GateSession.new_session_id(config),
+        store=BaselineStore(Path(config.rootpath, bdir)),
+        save=options.get_str(config, "save", ini=False),
+        compare_name=options.get_str(config, "compare"),
+        fail_pct=fail_pct,
+        strict_machine=options.get_bool(config, "strict_machine"),
+        overwrite=config.getoption("jetmem_overwrite"),
+        append=config.getoption("jetmem_append"),
+        runs=options.get_int(config, "runs", minimum=1, what="an integer >= 1"),
+        benchmark_json=options.get_str(config, "benchmark_json", ini=False),
+    )
+    set_gate_session(config, gate)
+    config.pluginmanager.register(_RowCollector(gate), "jetmem-rows")
+    if config.pluginmanager.hasplugin("xdist"):
+        config.pluginmanager.register(_XdistHooks(gate), "jetmem-xdist")
+
+
+class _RowCollector:
+    """Gathers the measurement rows from reports (on the xdist controller too) for the summary."""
+
+    def __init__(self, state: GateSession) -> None:
+        self.state = state
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        rows = getattr(report, "jetmem_rows", None)
+        if rows and report.when == "call":
+            self.state.rows.extend(rows)
+
+
+class _XdistHooks:
+    """Give every xdist worker the controller's session id, so their baseline entries merge."""
+
+    def __init__(self, state: GateSession) -> None:
+        self.state = state
+
+    def pytest_configure_node(self, node: Any) -> None:
+        node.workerinput["jetmem_session"] = self.state.session_id
+
+    def pytest_testnodedown(self, node: Any, error: Any) -> None:
+        for err in getattr(node, "workeroutput", {}).get("jetmem_errors", []):
+            if err not in self.state.errors:
+                self.state.errors.append(err)
+
+
+def _gate(config: pytest.Config) -> GateSession:
+    gate = gate_session(config)
+    assert gate is not None  # set by this half's pytest_configure
+    return gate
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    state = _gate(session.config)
+    state.jetson_before = read_jetson_state(sysroot())
+    if state.compare_name is not None:
+        try:  # a corrupt or foreign baseline stops the session before any test runs; the file is untouched
+            state.store.load(state.compare_name)
+        except BaselineNotFound:
+            pass
+        except BaselineError as exc:
+            raise pytest.UsageError(f"--jetmem-compare: {exc}") from None
+
+
+def _parse(mark: pytest.Mark, nodeid: str) -> RuntimeSpec:
+    return parse_runtime_marker(mark.args, dict(mark.kwargs), nodeid)
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    spec = markers.validated(metafunc.definition, MARKER, _parse)
+    if spec is None:
+        return
+    if spec.relative_to is not None and metafunc.definition.get_closest_marker(markers.MEMMODE) is None:
+        pytest.fail(
+            f"{metafunc.definition.nodeid}: @pytest.mark.{MARKER}(relative_to=...) needs @pytest.mark.memmode",
+            pytrace=False,
+        )
+
+
+def _spec(item: pytest.Item) -> RuntimeSpec | None:
+    mark = item.get_closest_marker(MARKER)
+    if mark is None:
+        return None
+    return parse_runtime_marker(mark.args, dict(mark.kwargs), item.nodeid)
+
+
+# -- judging -------------------------------------------------------------------------------------------
+@pytest.hookimpl(wrapper=True)
+def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> Iterator[Any]:
+    result = yield
+    handle = pyfuncitem.funcargs.get("jetmem")
+    if isinstance(handle, Jetmem) and handle.measurements:
+        spec = _spec(pyfuncitem)
+        runs = (spec.runs if spec and spec.runs else None) or _gate(pyfuncitem.config).runs
+        if runs > 1:
+            try:
+                more_runs(pyfuncitem, handle, runs - 1)
+            except pytest.fail.Exception as exc:
+                if spec is not None:
+                    raise
+                warnings.warn(f"jetmem: {pyfuncitem.nodeid}: kept a single run: {exc.msg}", stacklevel=1)
+        failures = _judge(pyfuncitem, handle, spec)
+        if failures:
+            pytest.fail("\n".join(failures), pytrace=False)
+    return result
+
+
+def _baseline(config: pytest.Config) -> tuple[Any, str | None]:
+    """The baseline to compare with, or (None, why not). Loaded and checked once per session."""
+    state = _gate(config)
+    if state.compare_name is None:
+        return None, None
+    if not state.baseline_checked:
+        state.baseline_checked = True
+        try:
+            base = state.store.load(state.compare_name)
+        except BaselineNotFound as exc:
+            state.baseline_skip_reason = f"no baseline {state.compare_name!r} ({exc.path}): nothing compared"
+            return None, state.baseline_skip_reason
+        except BaselineError as exc:
+            raise pytest.UsageError(f"--jetmem-compare: {exc}") from None
+        machine = state.machine()
+        diffs = machine.mismatches(base.machine) if machine else ["this machine: no GPU"]
+        if diffs:
+            state.baseline_skip_reason = (
+                f"baseline {state.compare_name!r} comes from another machine ({'; '.join(diffs)}): "
+                + ("failing its comparisons (--jetmem-strict-machine)" if state.strict_machine else "not compared")
+            )
+            warnings.warn(f"jetmem: {state.baseline_skip_reason}", stacklevel=1)
+        state.baseline = base
+    if state.baseline_skip_reason:
+        return None, state.baseline_skip_reason
+    return state.baseline, None
+
+
+def _judge(item: pytest.Function, handle: Jetmem, spec: RuntimeSpec | None) -> list[str]:
+    state = _gate(item.config)
+    failures: list[str] = []
+    marked = spec is not None
+    spec = spec or RuntimeSpec()  # unmarked: reported with the defaults, never judged
+    judged = [m for m in handle.measurements if spec.selects(m.label, m.scope)]
+    ratios = side_by_side(item, handle, spec) if spec.max_ratio is not None else {}
+    base, base_note = _baseline(item.config)
+    for i, m in enumerate(handle.measurements):
+        row = _row(item, m)
+        is_judged = marked and m in judged
+        if is_judged and spec.max_ms is not None and m.median > spec.max_ms:
+            failures.append(f"{m.describe()}: median above max_ms={spec.max_ms:g}")
+            row["verdict"] = "FAIL max_ms"
+        if i in ratios:
+            ratio, lo, hi, own_median, ref_median, n = ratios[i]
+            row.update(ratio=ratio, ratio_ci=[lo, hi], relative_to=spec.relative_to, reference_median=ref_median)
+            if is_judged and spec.max_ratio is not None and ratio > spec.max_ratio:
+                failures.append(
+                    f"{m.mode} {m.key}: {m.mode}/{spec.relative_to} = {ratio:.3f} (99% CI {lo:.3f}..{hi:.3f}; "
+                    f"medians {own_median:.4g} vs {ref_median:.4g} ms, {n} interleaved samples each) "
+                    f"> max_ratio={spec.max_ratio:g}"
+                )
+                row["verdict"] = "FAIL ratio"
+        key = entry_key(item.nodeid, m.mode, m.key)
+        state.entries[key] = Entry(
+            item.nodeid, m.mode, m.key, tuple(m.samples), m.first_call_ms, runs=tuple(map(tuple, m.runs))
+        )
+        if state.compare_name is not None:
+            if base is None:
+                row["baseline"] = base_note
+                if (
+                    state.strict_machine
+                    and base_note
+                    and "another machine" in base_note
+                    and is_judged
+                    and spec.baseline
+                ):
+                    failures.append(f"jetmem: {base_note}")
+            else:
+                entry = base.entry(key)
+                if entry is None:
+                    row["baseline"] = "new (not in baseline)"
+                else:
+                    cmp = compare_runs(entry.run_samples, m.runs or [m.samples], state.fail_pct)
+                    row.update(baseline_change_pct=cmp.change_pct, baseline=cmp.verdict.value)
+                    if cmp.verdict is Verdict.REGRESSION and is_judged and spec.baseline:
+                        failures.append(f"{m.mode} {m.key}: {cmp.describe()}")
+                        row["verdict"] = "FAIL regression"
+        row.setdefault("verdict", ("ok" if is_judged else "reported"))
+        _publish(item, row)
+    return failures
+
+
+def _row(item: pytest.Item, m: Measurement) -> dict[str, Any]:
+    s = m.summary
+    return {
+        "nodeid": item.nodeid,
+        "mode": m.mode,
+        "key": m.key,
+        "label": m.label,
+        "scope": m.scope,
+        "median": s.median,
+        "mad": s.mad,
+        "p5": s.p5,
+        "p95": s.p95,
+        "min": s.min,
+        "n": s.n,
+        "first_call_ms": m.first_call_ms,
+        "first_call_wall_ms": m.first_call_wall_ms,
+        "stop_reason": m.stop_reason,
+        "runs": len(m.runs) or 1,
+        "samples": list(m.samples),
+    }
+
+
+def _publish(item: pytest.Item, row: dict[str, Any]) -> None:
+    """Rows travel on the report (xdist-safe); junitxml gets the figures as properties."""
+    rows = item.stash.setdefault(_ROWS, [])
+    rows.append(row)
+    prefix = f"jetmem:{row['mode']}:{row['key']}"
+    item.user_properties.append((f"{prefix}:median_ms", round(row["median"], 6)))
+    item.user_properties.append((f"{prefix}:mad_ms", round(row["mad"], 6)))
+    item.user_properties.append((f"{prefix}:samples", row["n"]))
+    if row.get("first_call_ms") is not None:
+        item.user_properties.append((f"{prefix}:first_call_ms", round(row["first_call_ms"], 6)))
+    if row.get("ratio") is not None:
+        item.user_properties.append((f"{prefix}:ratio_to_{row['relative_to']}", round(row["ratio"], 4)))
+    if row.get("baseline_change_pct") is not None:
+        item.user_properties.append((f"{prefix}:baseline_change_pct", round(row["baseline_change_pct"], 3)))
+        item.user_properties.append((f"{prefix}:baseline_verdict", row["baseline"]))
+    item.user_properties.append((f"{prefix}:verdict", row["verdict"]))
+
+
+_ROWS = pytest.StashKey[list]()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Iterator[Any]:
+    report = yield
+    if call.when == "call":
+        rows = item.stash.get(_ROWS, None)
+        if rows:
+            report.jetmem_rows = rows  # type: ignore[attr-defined]
+    return report
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    config = session.config
+    state = _gate(config)
+    if state.save and state.entries:
+        machine = state.machine()
+        if machine is not None:
+            try:
+                state.store.save(
+                    state.save,
+                    machine,
+                    state.entries,
+                    state.session_id,
+                    overwrite=state.overwrite,
+                    append=state.append,
+                )
+            except BaselineError as exc:
+                hint = (
+                    " (pass --jetmem-append to add this session's runs, or --jetmem-overwrite to replace it)"
+                    if "session" in str(exc)
+                    else ""
+                )
+                state.errors.append(f"--jetmem-save: {exc}{hint}")
+                session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    workeroutput = getattr(config, "workeroutput", None)
+    if workeroutput is not None:
+        workeroutput["jetmem_errors"] = list(state.errors)  # the controller reports them and fails the run
+    elif state.errors:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    if state.benchmark_json and state.rows and not hasattr(config, "workerinput"):
+        machine = state.machine()
+        write_benchmark_json(state.benchmark_json, benchmark_json(state.rows, machine.to_dict() if machine else {}))
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    state = _gate(config)
+    tr = terminalreporter
+    if state.rows:
+        tr.section("jetmem runtimes")
+        for line in format_table(state.rows):
+            tr.write_line(line)
+        if state.save and not state.errors:
+            tr.write_line(f"jetmem: saved baseline {state.save!r} in {state.store.directory}")
+        if state.baseline_skip_reason:
+            tr.write_line(f"jetmem: {state.baseline_skip_reason}", yellow=True)
+        after = read_jetson_state(sysroot())
+        if state.jetson_before is not None and state.jetson_before.is_jetson:
+            for w in timing_warnings(state.jetson_before, after):
+                tr.write_line(f"jetmem: warning: {w}", yellow=True)
+    for err in state.errors:
+        tr.write_line(f"jetmem: error: {err}", red=True)
+
+
+def format_table(rows: list[dict[str, Any]]) -> list[str]:
+    """One row per test, mode and measurement: median, spread, ratio, first call, baseline delta, verdict."""
+    header = ("test", "mode", "what", "median ms", "MAD ms", "n", "ratio", "first call ms", "vs baseline", "verdict")
+    body = []
+    for r in rows:
+        ratio = f"{r['ratio']:.2f}x {r['relative_to']}" if r.get("ratio") is not None else ""
+        change = r.get("baseline_change_pct")
+        base = f"{change:+.1f}% {r.get('baseline', '')}" if change is not None else str(r.get("baseline", "") or "")
+        first = f"{r['first_call_ms']:.4g}" if r.get("first_call_ms") is not None else ""
+        body.append(
+            (
+                r["nodeid"].rsplit("::", 1)[-1],
+                r["mode"],
+                r["key"],
+                f"{r['median']:.4g}",
+                f"{r['mad']:.2g}",
+                str(r["n"]),
+                ratio,
+                first,
+                base[:40],
+                r.get("verdict", ""),
+            )
+        )
+    widths = [max(len(h), *(len(b[i]) for b in body)) for i, h in enumerate(header)]
+    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
+    return [fmt.format(*header), fmt.format(*("-" * w for w in widths)), *(fmt.format(*b) for b in body)]
+
+
+__all__ = ["format_table"]

@@ -1,0 +1,87 @@
+"""The ``memmode_runtime`` marker's arguments, validated (GPU-free)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from pytest_jetmem.cuda.modes import MODES
+from pytest_jetmem.measure.timing import SCOPES
+from pytest_jetmem.plugin import markers
+
+MARKER = markers.RUNTIME
+ARGUMENTS = ("max_ms", "max_ratio", "relative_to", "scope", "baseline", "label", "runs")
+
+
+@dataclass(frozen=True)
+class RuntimeSpec:
+    """What a test's runtimes must satisfy.
+
+    ``max_ms``: the median of each judged measurement, in ms. ``max_ratio`` with ``relative_to``: the
+    median in this item's mode over the median in the reference mode, timed side by side. ``scope``:
+    judge only measurements of this scope (default: all). ``baseline``: take part in the regression
+    check against ``--jetmem-compare`` (default True). ``label``: judge only measurements with this label.
+    ``runs``: run the body this many times with fresh allocations (default ``--jetmem-runs``).
+    """
+
+    max_ms: float | None = None
+    max_ratio: float | None = None
+    relative_to: str | None = None
+    scope: str | None = None
+    baseline: bool = True
+    label: str | None = None
+    runs: int | None = None
+
+    def selects(self, label: str, scope: str) -> bool:
+        return (self.scope is None or scope == self.scope) and (self.label is None or label == self.label)
+
+
+def _positive_number(test: str, name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{test}: @pytest.mark.{MARKER}({name}=...) expects a positive number, got {value!r}")
+    return float(value)
+
+
+def parse_runtime_marker(args: tuple[Any, ...], kwargs: dict[str, Any], test: str) -> RuntimeSpec:
+    """Validate the marker's arguments; errors name the test, the argument and what was expected."""
+    if args:
+        raise ValueError(f"{test}: @pytest.mark.{MARKER} takes keyword arguments only ({', '.join(ARGUMENTS)})")
+    unknown = sorted(set(kwargs) - set(ARGUMENTS))
+    if unknown:
+        raise ValueError(
+            f"{test}: @pytest.mark.{MARKER} got unknown argument(s) {', '.join(unknown)}; "
+            f"expected {', '.join(ARGUMENTS)}"
+        )
+    max_ms = kwargs.get("max_ms")
+    max_ratio = kwargs.get("max_ratio")
+    relative_to = kwargs.get("relative_to")
+    scope = kwargs.get("scope")
+    baseline = kwargs.get("baseline", True)
+    label = kwargs.get("label")
+    if max_ms is not None:
+        max_ms = _positive_number(test, "max_ms", max_ms)
+    if max_ratio is not None:
+        max_ratio = _positive_number(test, "max_ratio", max_ratio)
+        if relative_to is None:
+            raise ValueError(f"{test}: @pytest.mark.{MARKER}(max_ratio=...) needs relative_to='<mode>'")
+    if relative_to is not None:
+        if relative_to not in MODES:
+            raise ValueError(
+                f"{test}: @pytest.mark.{MARKER}(relative_to={relative_to!r}): unknown memory mode; "
+                f"expected one of {', '.join(MODES)}"
+            )
+        if max_ratio is None:
+            raise ValueError(f"{test}: @pytest.mark.{MARKER}(relative_to=...) needs max_ratio=<number>")
+    if scope is not None and scope not in SCOPES:
+        raise ValueError(
+            f"{test}: @pytest.mark.{MARKER}(scope={scope!r}): unknown scope; expected one of {', '.join(SCOPES)}"
+        )
+    if not isinstance(baseline, bool):
+        raise ValueError(f"{test}: @pytest.mark.{MARKER}(baseline=...) expects True or False, got {baseline!r}")
+    if label is not None and not isinstance(label, str):
+        raise ValueError(f"{test}: @pytest.mark.{MARKER}(label=...) expects a string, got {label!r}")
+    runs = kwargs.get("runs")
+    if runs is not None and (isinstance(runs, bool) or not isinstance(runs, int) or runs < 1):
+        raise ValueError(f"{test}: @pytest.mark.{MARKER}(runs=...) expects an integer >= 1, got {runs!r}")
+    return RuntimeSpec(max_ms, max_ratio, relative_to, scope, baseline, label, runs)

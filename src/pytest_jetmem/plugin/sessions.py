@@ -1,0 +1,138 @@
+"""The plugin's per-session objects, kept in ``config.stash`` with typed accessors.
+
+The halves of the plugin meet here and nowhere else: :class:`DeviceSession` (the selected modes, the device,
+the CUDA session, the stopping rule) is shared by every half; :class:`GateSession` (baselines, the rows of
+measurements, the machine record) belongs to the ``memmode_runtime`` half and is read by the report.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+import warnings
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from pytest_jetmem.cuda.compiler import KernelCache
+from pytest_jetmem.cuda.device import Availability, DeviceInfo, open_device
+from pytest_jetmem.cuda.modes import parse_mode_list
+from pytest_jetmem.cuda.session import CudaSession
+from pytest_jetmem.errors import CudaError
+from pytest_jetmem.machine.fingerprint import Machine, machine_of
+from pytest_jetmem.machine.jetson import JetsonState
+from pytest_jetmem.measure.baseline import Baseline, BaselineStore, Entry
+from pytest_jetmem.measure.stats import StoppingRule
+from pytest_jetmem.plugin import options
+
+_DEVICE = pytest.StashKey["DeviceSession"]()
+_GATE = pytest.StashKey["GateSession"]()
+
+
+class DeviceSession:
+    """The selected modes and, once probed (lazily: collection needs no GPU), the device and its CUDA session."""
+
+    def __init__(self, config: pytest.Config, modes: tuple[str, ...] | None) -> None:
+        self.config = config
+        self.selected_modes = modes  # None: every mode
+        self.stopping_rule = StoppingRule()  # the runtime half sets it from its options
+        self._availability: Availability | None = None
+        self.cuda: CudaSession | None = None
+
+    @classmethod
+    def from_config(cls, config: pytest.Config) -> DeviceSession:
+        text, source = options.raw(config, "modes")
+        modes = None
+        if text is not None and (source.startswith("--") or str(text).strip()):
+            try:
+                modes = parse_mode_list(str(text), source)
+            except ValueError as exc:
+                raise pytest.UsageError(str(exc)) from None
+        return cls(config, modes)
+
+    def availability(self) -> Availability:
+        """Open the device on first use; where that fails, ``reason`` says why (GPU tests skip with it)."""
+        if self._availability is None:
+            self._availability = open_device()
+            if self._availability.ok:
+                assert self._availability.device is not None
+                cache = KernelCache(options.get_str(self.config, "cache_dir"))
+                self.cuda = CudaSession(self._availability.device, cache)
+        return self._availability
+
+    @property
+    def probed_info(self) -> DeviceInfo | None:
+        """The device facts if this process already probed the device (never probes it)."""
+        return self._availability.info if self._availability is not None else None
+
+    def close(self) -> None:
+        if self.cuda is not None:
+            try:
+                self.cuda.close()
+            except CudaError as exc:
+                warnings.warn(f"jetmem: closing the device: {exc}", stacklevel=1)
+            self.cuda = None
+
+
+def device_session(config: pytest.Config) -> DeviceSession:
+    """The session's :class:`DeviceSession` (made on first use)."""
+    session = config.stash.get(_DEVICE, None)
+    if session is None:
+        session = config.stash[_DEVICE] = DeviceSession.from_config(config)
+    return session
+
+
+def sysroot() -> str:
+    """Where the Jetson files are read from: ``/``, or ``$JETMEM_SYSROOT`` (recorded trees in tests)."""
+    return os.environ.get("JETMEM_SYSROOT") or "/"
+
+
+@dataclass
+class GateSession:
+    """The ``memmode_runtime`` half's session: options, baselines, the measurement rows, the machine."""
+
+    device: DeviceSession
+    session_id: str
+    store: BaselineStore
+    save: str | None
+    compare_name: str | None
+    fail_pct: float
+    strict_machine: bool
+    overwrite: bool
+    append: bool
+    runs: int
+    benchmark_json: str | None
+    jetson_before: JetsonState | None = None
+    baseline: Baseline | None = None
+    baseline_checked: bool = False
+    baseline_skip_reason: str | None = None
+    entries: dict[str, Entry] = field(default_factory=dict)
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    _machine: Machine | None = None
+
+    @staticmethod
+    def new_session_id(config: pytest.Config) -> str:
+        """The controller's session id on an xdist worker (their baseline entries merge), else a new one."""
+        workerinput = getattr(config, "workerinput", None)
+        session_id = workerinput.get("jetmem_session") if workerinput else None
+        return session_id or uuid.uuid4().hex
+
+    def machine(self) -> Machine | None:
+        """The machine record of this session's device (None without a GPU); built once."""
+        if self._machine is None:
+            info = self.device.availability().info
+            if info is None:
+                return None
+            self._machine = machine_of(info, self.jetson_before)
+        return self._machine
+
+
+def set_gate_session(config: pytest.Config, gate: GateSession) -> None:
+    config.stash[_GATE] = gate
+
+
+def gate_session(config: pytest.Config) -> GateSession | None:
+    """The runtime half's session, or None where that half is not loaded (``-p no:...``)."""
+    return config.stash.get(_GATE, None)
