@@ -21,6 +21,7 @@ from pytest_jetmem.cuda.buffer import Buffer
 from pytest_jetmem.cuda.session import CudaSession
 from pytest_jetmem.cuda.workspace import Workspace, open_workspace
 from pytest_jetmem.measure import timing
+from pytest_jetmem.measure.duet import Duet
 from pytest_jetmem.measure.stats import StoppingRule
 from pytest_jetmem.measure.timing import MeasureCall, Measurement, Sampler
 
@@ -35,6 +36,8 @@ class Jetmem(Workspace):
         self.stopping_rule = stopping_rule or StoppingRule()
         self.measurements: list[Measurement] = []  # every jetmem.measure() result, in call order
         self.measure_calls: list[MeasureCall] = []
+        #: Under ``--jetmem-against``: the channel to the other side, measure() takes turns with it.
+        self.duet: Duet | None = None
 
     # -- timing ------------------------------------------------------------------------------------
     def measure(
@@ -65,6 +68,7 @@ class Jetmem(Workspace):
             warmup=warmup,
             rule=rule or self.stopping_rule,
             flush_l2=flush_l2,
+            duet=self.duet,
         )
         self.measurements.append(m)
         self.measure_calls.append(MeasureCall(label, scope, fn, tuple(inputs), tuple(outputs), flush_l2, warmup))

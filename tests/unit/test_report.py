@@ -28,7 +28,9 @@ import pytest
 
 from fakes.fake_driver import FakeDriver, Launch, conftest_source
 from pytest_jetmem.measure.baseline import BaselineStore
-from pytest_jetmem.report import html as report
+from pytest_jetmem.report import charts as report_charts
+from pytest_jetmem.report.html import json_path_for, render_html, write_report
+from pytest_jetmem.report.rows import group_name, group_rows, load_trends
 
 InstallFake = Callable[..., FakeDriver]
 
@@ -188,26 +190,26 @@ def assert_offline(page: str) -> None:
     ],
 )
 def test_group_name_takes_the_mode_out_of_the_parameter_id(nodeid: str, mode: str, expected: str) -> None:
-    assert report.group_name(nodeid, mode) == expected
+    assert group_name(nodeid, mode) == expected
 
 
 def test_json_path_for() -> None:
-    assert report.json_path_for("a/report.html") == Path("a/report.json")
-    assert report.json_path_for("a/report") == Path("a/report.json")
-    assert report.json_path_for("a/r.json") == Path("a/r.json.json")
+    assert json_path_for("a/report.html") == Path("a/report.json")
+    assert json_path_for("a/report") == Path("a/report.json")
+    assert json_path_for("a/r.json") == Path("a/r.json.json")
 
 
 # -- the report of real sessions -------------------------------------------------------------------------
 def test_report_of_a_session_has_every_row_one_chart_per_test_and_a_json_twin(
     pytester: pytest.Pytester, install_fake_driver: InstallFake, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(report, "matplotlib_available", lambda: False)  # the SVG charts, whatever is installed
+    monkeypatch.setattr(report_charts, "matplotlib_available", lambda: False)  # the SVG charts, whatever is installed
     reprec, out = run_sessions(pytester, install_fake_driver)
     rows = rows_of(reprec)
     # test_fill x3, test_frames x2 params x3 modes x2 measurements, test_ratio x2
     assert len(rows) == 3 + 12 + 2
     page = out.read_text(encoding="utf-8")
-    twin = json.loads(report.json_path_for(out).read_text(encoding="utf-8"))
+    twin = json.loads(json_path_for(out).read_text(encoding="utf-8"))
 
     # The JSON twin holds the rows exactly as the plugin published them.
     assert twin["format"] == "pytest-jetmem-report" and twin["version"] == 1
@@ -230,9 +232,9 @@ def test_report_of_a_session_has_every_row_one_chart_per_test_and_a_json_twin(
     # One chart per test: test_fill, test_frames[1], test_frames[3], test_ratio (test_plain measured nothing).
     names = ["test_inner.py::test_fill", "test_inner.py::test_frames[1]", "test_inner.py::test_frames[3]"]
     names.append("test_inner.py::test_ratio")
-    assert [g.name for g in report.group_rows(rows)] == names
+    assert [g.name for g in group_rows(rows)] == names
     assert d.tags.get("svg", 0) == 4 and page.count('class="test-chart"') == 4
-    assert html.escape(report.NO_MATPLOTLIB_NOTE) in page
+    assert html.escape(report_charts.NO_MATPLOTLIB_NOTE) in page
     for name in names:
         assert f"<h3>{name}</h3>" in page
 
@@ -261,7 +263,7 @@ def test_report_escapes_odd_test_names(pytester: pytest.Pytester, install_fake_d
     assert d.tags.get("script", 0) == 1  # only the page's own sorting script
     assert "alert" not in "".join(d.script_text)
     assert_offline(page)
-    assert json.loads(report.json_path_for(out).read_text(encoding="utf-8"))["rows"] == json.loads(json.dumps(rows))
+    assert json.loads(json_path_for(out).read_text(encoding="utf-8"))["rows"] == json.loads(json.dumps(rows))
 
 
 def test_report_without_measurements_says_so(pytester: pytest.Pytester, fake_driver: FakeDriver) -> None:
@@ -333,7 +335,7 @@ def synthetic_rows() -> list[dict[str, Any]]:
 
 def test_write_report_is_atomic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     target = tmp_path / "r.html"
-    report.write_report(target, synthetic_rows(), charts="svg")
+    write_report(target, synthetic_rows(), charts="svg")
     before_html, before_json = target.read_bytes(), target.with_suffix(".json").read_bytes()
 
     def broken_replace(src: Any, dst: Any) -> None:
@@ -341,23 +343,23 @@ def test_write_report_is_atomic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
 
     monkeypatch.setattr(os, "replace", broken_replace)
     with pytest.raises(OSError, match="No space left"):
-        report.write_report(target, [*synthetic_rows(), *synthetic_rows()], charts="svg")
+        write_report(target, [*synthetic_rows(), *synthetic_rows()], charts="svg")
     assert target.read_bytes() == before_html and target.with_suffix(".json").read_bytes() == before_json
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.html", "r.json"]  # no temporary file left behind
 
 
 def test_svg_fallback_and_matplotlib_charts(monkeypatch: pytest.MonkeyPatch) -> None:
     rows = synthetic_rows()
-    monkeypatch.setattr(report, "matplotlib_available", lambda: False)
-    page = report.render_html(rows)
-    assert html.escape(report.NO_MATPLOTLIB_NOTE) in page and dom(page).tags.get("svg") == 1
+    monkeypatch.setattr(report_charts, "matplotlib_available", lambda: False)
+    page = render_html(rows)
+    assert html.escape(report_charts.NO_MATPLOTLIB_NOTE) in page and dom(page).tags.get("svg") == 1
     assert "<title>zero_copy conv:kernel: median 1.69 ms, p5 1.639, p95 1.774, MAD 0.017, n=12</title>" in page
     assert "5.45x device*" in page
     with pytest.raises(ValueError, match="charts"):
-        report.render_html(rows, charts="png")
+        render_html(rows, charts="png")
     pytest.importorskip("matplotlib")
-    page = report.render_html(rows, charts="matplotlib")
-    assert html.escape(report.NO_MATPLOTLIB_NOTE) not in page
+    page = render_html(rows, charts="matplotlib")
+    assert html.escape(report_charts.NO_MATPLOTLIB_NOTE) not in page
     assert page.count('<img class="chart"') == 1 and 'src="data:image/png;base64,' in page
     assert_offline(page)
 
@@ -378,14 +380,14 @@ def test_trends_leave_out_other_machines_and_unreadable_baselines(tmp_path: Path
         }
         store.save(name, machine, entries, session=f"s-{name}")
     (tmp_path / "broken.json").write_text("{")
-    trends = report.load_trends(store, rows, here, session_id="now", now="2030-01-01T00:00:00Z")
+    trends = load_trends(store, rows, here, session_id="now", now="2030-01-01T00:00:00Z")
     assert trends.baselines == ["a", "c"]
     assert any("another machine" in n and "b" in n for n in trends.notes)
     assert any("could not be read" in n and "broken" in n for n in trends.notes)
     pts = trends.of(rows[0]["nodeid"], "device", "conv:kernel")
     assert [(p.label, round(p.median, 4)) for p in pts] == [("a", 0.31), ("c", 0.341), ("this run", 0.31)]
     # One baseline holding a test is no trend.
-    assert report.load_trends(BaselineStore(tmp_path / "none"), rows, here).points == {}
+    assert load_trends(BaselineStore(tmp_path / "none"), rows, here).points == {}
 
 
 # -- a real browser ----------------------------------------------------------------------------------------
@@ -486,7 +488,7 @@ def test_report_renders_in_a_real_browser(
     if charts == "matplotlib":
         pytest.importorskip("matplotlib")
     else:
-        monkeypatch.setattr(report, "matplotlib_available", lambda: False)
+        monkeypatch.setattr(report_charts, "matplotlib_available", lambda: False)
     reprec, out = run_sessions(pytester, install_fake_driver)
     png = tmp_path / "shot.png"
     rendered = render_in_chromium(out, png)
@@ -506,4 +508,4 @@ def test_report_renders_in_a_real_browser(
     body = rendered.split('id="rows">', 1)[1].split("</table>", 1)[0]
     assert body.count("<tr>") == 1 + len(rows)
     charts_seen = d.tags.get("svg", 0) if charts == "svg" else rendered.count('<img class="chart"')
-    assert charts_seen == len(report.group_rows(rows)) == 4
+    assert charts_seen == len(group_rows(rows)) == 4

@@ -335,6 +335,11 @@ def get() -> CudaDriver:
     return _backend
 
 
+def installed() -> Any:
+    """The backend installed now, or None where none was made or installed yet (nothing is created)."""
+    return _backend
+
+
 @contextlib.contextmanager
 def use(backend: Any) -> Iterator[Any]:
     """Install ``backend`` (a fake for CPU-only tests) for the duration of the block."""

@@ -26,6 +26,8 @@ One baseline is one JSON file (UTF-8), ``<directory>/<name>.json``, format versi
                       "min": ..., "max": ...},  derived from samples for people and tools; recomputed on load
           "runs": [[...], [...]]                optional: the samples of each run (fresh allocations, or
                                                 sessions added with append); "samples" is then all of them
+          "run_sessions": ["5f1c...", ...]      optional: the session of each run (sessions are the unit of
+                                                noise of a comparison); absent: every run is one session's
         }
       }
     }
@@ -45,7 +47,7 @@ import math
 import os
 import re
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -98,6 +100,8 @@ class Entry:
     unit: str = "ms"
     #: Samples per run (fresh allocations or separate sessions); empty means one run, ``samples``.
     runs: tuple[tuple[float, ...], ...] = ()
+    #: The session that measured each run (parallel to :attr:`run_samples`); empty: all from one session.
+    run_sessions: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         for name in ("nodeid", "mode", "scope"):
@@ -119,6 +123,12 @@ class Entry:
                 expect(is_number(v) and math.isfinite(v) and v >= 0, "runs", v, "finite durations >= 0")
             runs.append(tuple(float(v) for v in vals))
         object.__setattr__(self, "runs", tuple(runs))
+        sessions = tuple(self.run_sessions)
+        if sessions:
+            expect(all(isinstance(s, str) and s for s in sessions), "run_sessions", sessions, "non-empty strs")
+            n_runs = len(self.run_samples)
+            expect(len(sessions) == n_runs, "run_sessions", sessions, f"one session per run ({n_runs})")
+        object.__setattr__(self, "run_sessions", sessions)
         fc = self.first_call_ms
         if fc is not None:
             expect(is_number(fc) and math.isfinite(fc) and fc >= 0, "first_call_ms", fc, "a duration or None")
@@ -139,6 +149,15 @@ class Entry:
         """The samples of each run (one run: the samples)."""
         return self.runs or (self.samples,)
 
+    def sessions(self) -> list[list[tuple[float, ...]]]:
+        """The runs grouped by the session that measured them, oldest session first."""
+        if not self.run_sessions:
+            return [list(self.run_samples)]
+        grouped: dict[str, list[tuple[float, ...]]] = {}
+        for session, run in zip(self.run_sessions, self.run_samples, strict=True):
+            grouped.setdefault(session, []).append(run)
+        return list(grouped.values())
+
     def to_dict(self) -> dict[str, Any]:
         """The entry's JSON object."""
         return {
@@ -150,6 +169,7 @@ class Entry:
             "first_call_ms": self.first_call_ms,
             "summary": self.summary.to_dict(),
             **({"runs": [list(r) for r in self.runs]} if self.runs else {}),
+            **({"run_sessions": list(self.run_sessions)} if self.run_sessions else {}),
         }
 
     @classmethod
@@ -168,6 +188,7 @@ class Entry:
             first_call_ms=data.get("first_call_ms"),
             unit=data.get("unit", "ms"),
             runs=tuple(data.get("runs") or ()),
+            run_sessions=tuple(data.get("run_sessions") or ()),
         )
 
 
@@ -248,17 +269,52 @@ def _atomic_write(path: Path, data: bytes) -> None:
 
 
 MAX_RUNS = 50
+#: Sessions a baseline keeps by default when sessions are appended (the newest; a rolling window).
+WINDOW_SESSIONS = 10
 
 
-def _append_runs(old: Entry, new: Entry) -> Entry:
-    runs = (*old.run_samples, *new.run_samples)[-MAX_RUNS:]
+def _append_runs(old: Entry, new: Entry, old_session: str, new_session: str, window: int) -> Entry:
+    """``old``'s runs then ``new``'s, each run labelled with its session; the newest ``window`` sessions kept."""
+    runs = (*old.run_samples, *new.run_samples)
+    sessions = (
+        *(old.run_sessions or (old_session,) * len(old.run_samples)),
+        *(new.run_sessions or (new_session,) * len(new.run_samples)),
+    )
+    keep = list(dict.fromkeys(sessions))[-window:]
+    pairs = [(s, r) for s, r in zip(sessions, runs, strict=True) if s in keep][-MAX_RUNS:]
     return Entry(
         nodeid=new.nodeid,
         mode=new.mode,
         scope=new.scope,
-        samples=tuple(v for run in runs for v in run),
+        samples=tuple(v for _, run in pairs for v in run),
         first_call_ms=new.first_call_ms,
-        runs=runs,
+        runs=tuple(run for _, run in pairs),
+        run_sessions=tuple(s for s, _ in pairs),
+    )
+
+
+def _labelled(entry: Entry, session: str) -> Entry:
+    """``entry`` with every run labelled with its session (unlabelled runs: ``session``'s)."""
+    if entry.run_sessions:
+        return entry
+    runs = entry.run_samples
+    return replace(entry, runs=runs, run_sessions=(session,) * len(runs))
+
+
+def _without_session(entry: Entry, session: str, file_session: str) -> Entry | None:
+    """``entry`` without the runs of ``session`` (None if nothing is left)."""
+    sessions = entry.run_sessions or (file_session,) * len(entry.run_samples)
+    kept = [(s, r) for s, r in zip(sessions, entry.run_samples, strict=True) if s != session]
+    if not kept:
+        return None
+    return Entry(
+        nodeid=entry.nodeid,
+        mode=entry.mode,
+        scope=entry.scope,
+        samples=tuple(v for _, run in kept for v in run),
+        first_call_ms=entry.first_call_ms,
+        runs=tuple(run for _, run in kept),
+        run_sessions=tuple(s for s, _ in kept),
     )
 
 
@@ -338,6 +394,7 @@ class BaselineStore:
         session: str,
         overwrite: bool = False,
         append: bool = False,
+        window: int = WINDOW_SESSIONS,
     ) -> Baseline:
         """Merge ``entries`` into baseline ``name`` for ``session`` and return the baseline as written.
 
@@ -345,7 +402,8 @@ class BaselineStore:
         is a BaselineError. Another session's (or an unreadable) file: BaselineExists / BaselineError unless
         ``overwrite``; then it is kept as ``NAME.json.prev`` and replaced. With ``append``, another
         session's runs are added to the existing entries instead (same machine fingerprint required; the
-        newest ``MAX_RUNS`` runs are kept), so a baseline can hold the spread between sessions.
+        runs of the newest ``window`` sessions, at most ``MAX_RUNS``, are kept, each labelled with its
+        session), so a baseline holds the spread between sessions.
         Safe across processes.
         """
         path = self.path(name)
@@ -389,22 +447,35 @@ class BaselineStore:
                     raise BaselineError(
                         path, f"session {session} already saved it from another machine: " + "; ".join(diffs)
                     )
+                merged = dict(existing.entries)
+                for key, entry in new.items():  # a key saved again replaces this session's runs, not older ones
+                    old = merged.get(key)
+                    older = _without_session(old, session, existing.session) if old is not None else None
+                    merged[key] = (
+                        entry if older is None else _append_runs(older, entry, existing.session, session, window)
+                    )
                 baseline = Baseline(
                     name=name,
                     created=existing.created,
                     session=session,
                     machine=existing.machine,
-                    entries={**existing.entries, **new},
+                    entries=merged,
                     path=path,
                 )
             elif existing is not None and append:
                 diffs = existing.machine.mismatches(machine)
                 if diffs:
                     raise BaselineError(path, "cannot append runs from another machine: " + "; ".join(diffs))
-                merged = dict(existing.entries)
+                # every run labelled with its session, so that an xdist worker of this session that saves after
+                # this one replaces only this session's runs
+                merged = {k: _labelled(e, existing.session) for k, e in existing.entries.items()}
                 for key, entry in new.items():
                     old = merged.get(key)
-                    merged[key] = entry if old is None else _append_runs(old, entry)
+                    merged[key] = (
+                        _labelled(entry, session)
+                        if old is None
+                        else _append_runs(old, entry, existing.session, session, window)
+                    )
                 baseline = Baseline(
                     name=name,
                     created=existing.created,

@@ -1,22 +1,35 @@
 """The regression decision: is ``current`` slower (or faster) than ``baseline``, past threshold and noise?
 
-A change is called only when three things agree: the ratio of medians is past the threshold, the bootstrap
-interval of that ratio excludes 1, and the Mann-Whitney rank test rejects "same distribution" at ``alpha``.
-A ratio past the threshold without the other two is NOISY: report it, do not fail on it.
+A change is called only when the ratio of medians is past the threshold *and* statistically clear of the
+noise of the unit that varies: samples (:func:`compare`), runs (:func:`compare_runs`), sessions of a stored
+baseline (:func:`compare_sessions`) or the interleaved rounds of ``--jetmem-against`` (:func:`compare_paired`).
+A ratio past the threshold that is not clear of that noise is AMBIGUOUS, with its reason: reported, and
+failed, warned about or passed as ``--jetmem-ambiguous`` says.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
 from enum import Enum
 
 import numpy as np
 
-from pytest_jetmem.measure.stats import mann_whitney_p, ratio_ci, run_ratio_test
+from pytest_jetmem.measure.stats import mann_whitney_p, paired_log_test, ratio_ci, run_ratio_test
 
-__all__ = ["Comparison", "Verdict", "compare"]
+__all__ = [
+    "MIN_SESSIONS",
+    "Comparison",
+    "Verdict",
+    "compare",
+    "compare_paired",
+    "compare_runs",
+    "compare_sessions",
+]
+
+#: Sessions a stored baseline needs before its noise between sessions is known well enough to fail a test.
+MIN_SESSIONS = 3
 
 
 class Verdict(str, Enum):
@@ -25,7 +38,7 @@ class Verdict(str, Enum):
     REGRESSION = "regression"
     IMPROVEMENT = "improvement"
     UNCHANGED = "unchanged"
-    NOISY = "noisy"  # past the threshold, but not statistically clear of the noise
+    AMBIGUOUS = "ambiguous"  # past the threshold, but not statistically clear of the noise (see ``reason``)
 
     def __str__(self) -> str:
         return self.value
@@ -73,7 +86,8 @@ class Comparison:
     alpha: float = 0.01
     n_baseline: int = 0
     n_current: int = 0
-    unit: str = "samples"  # what n counts: "samples" (one run each side) or "runs" (run medians)
+    unit: str = "samples"  # what n counts: "samples", "runs" (run medians), "sessions" or "rounds" (paired)
+    reason: str = ""  # why an AMBIGUOUS verdict is not a call either way
 
     @property
     def change_pct(self) -> float:
@@ -91,8 +105,6 @@ class Comparison:
             where = f"< -{(1.0 - 1.0 / up) * 100.0:.3g}% threshold"
         else:
             where = f"within {self.threshold_pct:g}% threshold"
-        if self.verdict is Verdict.NOISY:
-            where += " but not statistically clear"
         figures = (
             f"{_fmt_pct(self.ratio)} ({self.confidence * 100:g}% CI "
             f"{_fmt_pct(self.ci_low)}..{_fmt_pct(self.ci_high)}, {_fmt_p(self.p_value)})"
@@ -101,9 +113,12 @@ class Comparison:
         if math.isfinite(self.baseline_median) and math.isfinite(self.current_median):
             cur, base = _fmt_ms(self.current_median), _fmt_ms(self.baseline_median)
             head = f"median {cur} ms vs baseline {base} ms: "
-        if self.unit == "runs":
-            figures += f" over {self.n_current} vs {self.n_baseline} runs"
-        return f"{head}{figures} {where}: {self.verdict.name}"
+        if self.unit == "rounds":
+            figures += f" over {self.n_current} interleaved rounds"
+        elif self.unit != "samples":
+            figures += f" over {self.n_current} vs {self.n_baseline} {self.unit}"
+        tail = f" ({self.reason})" if self.reason else ""
+        return f"{head}{figures} {where}: {self.verdict.name}{tail}"
 
     def to_dict(self) -> dict[str, float | int | str]:
         """Plain dict (JSON-ready) for reports."""
@@ -121,6 +136,7 @@ class Comparison:
             "n_baseline": self.n_baseline,
             "n_current": self.n_current,
             "unit": self.unit,
+            "reason": self.reason,
         }
 
 
@@ -149,7 +165,7 @@ def compare(
 
     REGRESSION needs ratio > 1 + t, the interval's lower bound > 1 and p < alpha; IMPROVEMENT needs
     ratio < 1 / (1 + t), the upper bound < 1 and p < alpha (t = threshold_pct / 100). A ratio past either
-    limit that fails the other two tests is NOISY; anything else is UNCHANGED.
+    limit that fails the other two tests is AMBIGUOUS; anything else is UNCHANGED.
     """
     t = _check_threshold(threshold_pct)
     if not 0 < alpha < 1:
@@ -204,12 +220,15 @@ def _decide(
     unit: str,
 ) -> Comparison:
     up = 1.0 + t / 100.0
+    reason = ""
     if ratio > up:
-        verdict = Verdict.REGRESSION if (low > 1.0 and p < alpha) else Verdict.NOISY
+        verdict = Verdict.REGRESSION if (low > 1.0 and p < alpha) else Verdict.AMBIGUOUS
     elif ratio < 1.0 / up:
-        verdict = Verdict.IMPROVEMENT if (high < 1.0 and p < alpha) else Verdict.NOISY
+        verdict = Verdict.IMPROVEMENT if (high < 1.0 and p < alpha) else Verdict.AMBIGUOUS
     else:
         verdict = Verdict.UNCHANGED
+    if verdict is Verdict.AMBIGUOUS:
+        reason = f"the {confidence * 100:g}% interval of the ratio reaches 1: within the noise between {unit}"
     return Comparison(
         ratio=ratio,
         ci_low=low,
@@ -224,4 +243,83 @@ def _decide(
         n_baseline=n_base,
         n_current=n_cur,
         unit=unit,
+        reason=reason,
     )
+
+
+def compare_sessions(
+    baseline_sessions: Sequence[Sequence[Iterable[float]]],
+    current_runs: Iterable[Iterable[float]],
+    threshold_pct: float,
+    confidence: float = 0.99,
+    alpha: float = 0.01,
+    min_sessions: int = MIN_SESSIONS,
+) -> Comparison:
+    """Compare a session against a stored baseline whose unit of noise is the session.
+
+    ``baseline_sessions`` holds, per stored session, the samples of each of its runs. With ``min_sessions``
+    sessions or more, each session's median is a unit and the current session is judged by a prediction
+    interval over them (:func:`pytest_jetmem.measure.stats.run_ratio_test`): the spread between sessions is
+    in the interval. With fewer, the noise between sessions is unknown: the decision is the one of
+    :func:`compare_runs` on the pooled runs, except that a call either way becomes AMBIGUOUS, with a reason
+    that says how many more sessions to append.
+    """
+    sessions = [[_as_array(r) for r in s] for s in baseline_sessions if len(s)]
+    cur_runs = [_as_array(r) for r in current_runs]
+    if not sessions or not cur_runs:
+        raise ValueError("compare_sessions needs at least one baseline session and one current run")
+    if len(sessions) < min_sessions:
+        cmp = compare_runs([r for s in sessions for r in s], cur_runs, threshold_pct, confidence, alpha)
+        if cmp.verdict is Verdict.UNCHANGED:
+            return cmp
+        more = min_sessions - len(sessions)
+        held = f"{len(sessions)} session{'s' if len(sessions) != 1 else ''}"
+        return replace(
+            cmp,
+            verdict=Verdict.AMBIGUOUS,
+            reason=(
+                f"the baseline holds {held}; the noise between sessions is known from {min_sessions}: "
+                f"append {more} more session{'s' if more != 1 else ''} to it (--jetmem-save on the branch it gates)"
+            ),
+        )
+    t = _check_threshold(threshold_pct)
+    b_med = np.array([np.median(np.concatenate(s)) for s in sessions])
+    c_med = np.array([np.median(np.concatenate(cur_runs))])
+    ratio, low, high, p = run_ratio_test(list(b_med), list(c_med), confidence)
+    return _decide(ratio, low, high, p, t, confidence, alpha, b_med, c_med, len(sessions), 1, "sessions")
+
+
+def compare_paired(
+    base_rounds: Sequence[Sequence[Iterable[float]]],
+    change_rounds: Sequence[Sequence[Iterable[float]]],
+    threshold_pct: float,
+    confidence: float = 0.99,
+    alpha: float = 0.01,
+) -> Comparison:
+    """Judge interleaved measurements (``--jetmem-against``): per run, per round, the samples of each side.
+
+    Round ``r`` of the base and round ``r`` of the change were taken back to back on the same GPU, so their
+    log ratio cancels drift. With one run, the rounds are the units of a paired t-test; with several runs
+    (fresh allocations on both sides), the mean log ratio of each run is the unit, so the spread between
+    allocations is in the interval.
+    """
+    if len(base_rounds) != len(change_rounds) or not base_rounds:
+        raise ValueError(
+            f"compare_paired needs the same runs on both sides, got {len(base_rounds)} and {len(change_rounds)}"
+        )
+    per_run: list[np.ndarray] = []
+    for a_run, b_run in zip(base_rounds, change_rounds, strict=True):
+        a_med = np.array([np.median(_as_array(r)) for r in a_run])
+        b_med = np.array([np.median(_as_array(r)) for r in b_run])
+        if a_med.size != b_med.size or a_med.size == 0:
+            raise ValueError(f"compare_paired: a run has {a_med.size} base and {b_med.size} change rounds")
+        if np.any(a_med <= 0) or np.any(b_med <= 0):
+            raise ValueError("compare_paired: round medians must be positive durations")
+        per_run.append(np.log(b_med / a_med))
+    t = _check_threshold(threshold_pct)
+    units = np.array([d.mean() for d in per_run]) if len(per_run) > 1 else per_run[0]
+    unit = "runs" if len(per_run) > 1 else "rounds"
+    ratio, low, high, p = paired_log_test(units, confidence)
+    base_all = np.concatenate([np.concatenate([_as_array(r) for r in run]) for run in base_rounds])
+    change_all = np.concatenate([np.concatenate([_as_array(r) for r in run]) for run in change_rounds])
+    return _decide(ratio, low, high, p, t, confidence, alpha, base_all, change_all, units.size, units.size, unit)

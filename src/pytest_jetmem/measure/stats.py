@@ -338,3 +338,23 @@ def run_ratio_test(
     p = student_t_sf2(d / se, df)
     half = student_t_ppf(0.5 + confidence / 2.0, df) * se
     return math.exp(d), math.exp(d - half), math.exp(d + half), p
+
+
+def paired_log_test(log_ratios: Iterable[float], confidence: float = 0.99) -> tuple[float, float, float, float]:
+    """(ratio, low, high, p) of paired log ratios: their mean, a Student-t interval and the two-sided p.
+
+    One value gives no spread: the interval is infinite and p is 1 (nothing can be called).
+    """
+    d = np.asarray(list(log_ratios) if not isinstance(log_ratios, np.ndarray) else log_ratios, dtype=np.float64)
+    if d.size == 0 or not np.all(np.isfinite(d)):
+        raise ValueError(f"paired_log_test needs finite log ratios, got {d!r}")
+    mean = float(d.mean())
+    if d.size < 2:
+        return math.exp(mean), 0.0, math.inf, 1.0
+    se = float(np.std(d, ddof=1)) / math.sqrt(d.size)
+    if se == 0:
+        r = math.exp(mean)
+        return r, r, r, (1.0 if mean == 0 else 0.0)
+    df = float(d.size - 1)
+    half = student_t_ppf(0.5 + confidence / 2.0, df) * se
+    return math.exp(mean), math.exp(mean - half), math.exp(mean + half), student_t_sf2(mean / se, df)

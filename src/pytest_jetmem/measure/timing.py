@@ -26,6 +26,7 @@ from pytest_jetmem.measure.stats import StoppingRule, Summary, summarize
 if TYPE_CHECKING:
     from pytest_jetmem.cuda.buffer import Buffer
     from pytest_jetmem.cuda.workspace import Workspace
+    from pytest_jetmem.measure.duet import Duet
 
 try:
     import fcntl
@@ -52,11 +53,17 @@ class Measurement:
     runs: list[list[float]] = field(default_factory=list)
     #: Wall-clock span (``time.time()``) of the timed section, held under the per-GPU lock.
     span: tuple[float, float] | None = None
+    #: Under ``--jetmem-against``: the samples of each round taken in turns with the other side, per run.
+    run_rounds: list[list[list[float]]] = field(default_factory=list)
 
     def add_runs(self, others: Sequence[Measurement]) -> None:
         """Fold the measurements of further runs in: ``samples`` becomes all runs' samples."""
         self.runs = [list(self.samples), *(list(o.samples) for o in others)]
         self.samples = [v for run in self.runs for v in run]
+        if self.run_rounds and all(o.run_rounds for o in others):
+            self.run_rounds = [*self.run_rounds, *(r for o in others for r in o.run_rounds)]
+        else:
+            self.run_rounds = []  # a run measured alone: nothing to pair
 
     @property
     def summary(self) -> Summary:
@@ -90,6 +97,7 @@ class Measurement:
             "stop_reason": self.stop_reason,
             "flush_l2": self.flush_l2,
             "runs": self.runs,
+            "run_rounds": self.run_rounds,
             "summary": self.summary.to_dict() if self.samples else None,
         }
 
@@ -214,23 +222,29 @@ def measure(
     warmup: int = 3,
     rule: StoppingRule | None = None,
     flush_l2: bool = False,
+    duet: Duet | None = None,
 ) -> Measurement:
     """Time ``fn`` (work queued on the workspace's stream) in ``ws``'s mode; see the module docstring.
 
-    Returns the measurement; the caller records it (with :meth:`MeasureCall` to time it again later).
+    With ``duet`` (``--jetmem-against``), the call meets the other side and the two take turns, a batch each
+    (:mod:`pytest_jetmem.measure.duet`). Returns the measurement; the caller records it.
     """
     if warmup < 0:
         raise ValueError(f"{ws.nodeid}: measure: warmup must be >= 0, got {warmup}")
     rule = rule or StoppingRule()
     sampler = Sampler(ws, fn, scope, inputs, outputs, flush_l2)
+    rounds: list[list[float]] = []
     try:
-        with gpu_lock(ws.device.ordinal):
-            t_start = time.time()
-            first, first_wall = sampler.first()
-            for _ in range(warmup):
-                sampler.sample()
-            ((samples, reason),) = run_samples([sampler], rule)
-            span = (t_start, time.time())
+        if duet is not None and duet.meet(label):
+            first, first_wall, samples, reason, span, rounds = _in_turns(ws, sampler, rule, warmup, duet)
+        else:
+            with gpu_lock(ws.device.ordinal):
+                t_start = time.time()
+                first, first_wall = sampler.first()
+                for _ in range(warmup):
+                    sampler.sample()
+                ((samples, reason),) = run_samples([sampler], rule)
+                span = (t_start, time.time())
         m = Measurement(
             label=label,
             mode=ws.mode,
@@ -242,10 +256,44 @@ def measure(
             stop_reason=reason,
             flush_l2=flush_l2,
             span=span,
+            run_rounds=[rounds] if rounds else [],
         )
     finally:
         sampler.close()
     return m
+
+
+#: Samples per turn under ``--jetmem-against``, and the fewest rounds a paired measurement takes.
+TURN_SAMPLES = 3
+MIN_ROUNDS = 8
+
+
+def _in_turns(
+    ws: Workspace, sampler: Sampler, rule: StoppingRule, warmup: int, duet: Duet
+) -> tuple[float, float, list[float], str, tuple[float, float], list[list[float]]]:
+    """First call, warm-up and samples taken in turns with the other side (each turn under the GPU lock)."""
+    state: dict[str, Any] = {"reason": ""}
+    rounds: list[list[float]] = []
+
+    def setup() -> None:
+        with gpu_lock(ws.device.ordinal):
+            state["start"] = time.time()
+            state["first"] = sampler.first()
+            for _ in range(warmup):
+                sampler.sample()
+        state["t0"] = time.perf_counter()
+
+    def batch() -> bool:
+        with gpu_lock(ws.device.ordinal):
+            rounds.append([sampler.sample() for _ in range(TURN_SAMPLES)])
+        done, why = rule.done([v for r in rounds for v in r], time.perf_counter() - state["t0"])
+        state["reason"] = why
+        return done and len(rounds) >= MIN_ROUNDS
+
+    duet.take_turns(setup, batch)
+    first, first_wall = state["first"]
+    samples = [v for r in rounds for v in r]
+    return first, first_wall, samples, f"{state['reason']}, in turns", (state["start"], time.time()), rounds
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,8 @@
 - :mod:`~pytest_jetmem.plugin.runtime`: ``@pytest.mark.memmode_runtime``, baselines and the regression gate;
 - :mod:`~pytest_jetmem.plugin.coherence`: ``@pytest.mark.memmode_coherence``;
 - :mod:`~pytest_jetmem.plugin.concurrency`: ``@pytest.mark.memmode_concurrency`` and ``--jetmem-tegra-strict``;
-- :mod:`~pytest_jetmem.plugin.report`: ``--jetmem-report``.
+- :mod:`~pytest_jetmem.plugin.report`: ``--jetmem-report``;
+- :mod:`~pytest_jetmem.plugin.against`: ``--jetmem-against``, the base and the change measured in turns.
 
 They share :mod:`~pytest_jetmem.plugin.options` (the option group and the option-else-ini resolver),
 :mod:`~pytest_jetmem.plugin.markers` (marker names, validation) and :mod:`~pytest_jetmem.plugin.sessions`
@@ -19,4 +20,5 @@ pytest_plugins = [
     "pytest_jetmem.plugin.coherence",
     "pytest_jetmem.plugin.concurrency",
     "pytest_jetmem.plugin.report",
+    "pytest_jetmem.plugin.against",
 ]

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-__all__ = ["child_argv", "forwarded_args", "option_takes_value"]
+__all__ = ["child_argv", "forwarded_args", "option_takes_value", "strip_options"]
 
 #: Short options whose value is forwarded to the child (``-p name`` or ``-pname``).
 _SHORT_WITH_VALUE = ("-p", "-o", "-W", "-c")
@@ -67,6 +67,24 @@ def forwarded_args(args: Sequence[str], takes_value: Callable[[str], bool]) -> l
         if "=" not in arg and takes_value(name) and i < len(args):
             out.append(args[i])
             i += 1
+    return out
+
+
+def strip_options(args: Sequence[str], names: Sequence[str], takes_value: Callable[[str], bool]) -> list[str]:
+    """``args`` without the options ``names`` (``--opt value``, ``--opt=value``, ``-c value``, ``-cvalue``)."""
+    out: list[str] = []
+    i = 0
+    args = list(args)
+    while i < len(args):
+        arg = args[i]
+        i += 1
+        name = arg.split("=", 1)[0] if arg.startswith("--") else arg[:2]
+        if name not in names:
+            out.append(arg)
+            continue
+        glued = "=" in arg if arg.startswith("--") else len(arg) > 2
+        if not glued and (takes_value(name) or not arg.startswith("--")) and i < len(args):
+            i += 1  # its value
     return out
 
 

@@ -181,8 +181,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.hookimpl(tryfirst=True)
 def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
     state = concurrency_session(pyfuncitem.config)
-    if state.child is not None:
-        return None
+    if state.child is not None or options.get_str(pyfuncitem.config, "against") is not None:
+        return None  # a child reports; under --jetmem-against the test runs in the two sides' sessions
     spec = item_spec(pyfuncitem)
     if spec is None:
         return None

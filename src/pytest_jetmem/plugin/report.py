@@ -4,8 +4,9 @@ Loaded with the main plugin (``pytest_plugins`` in :mod:`pytest_jetmem.plugin`).
 reports (``report.jetmem_rows``, set by :mod:`pytest_jetmem.plugin.runtime`), so under pytest-xdist they reach
 the controller with the reports; only the controller writes (workers register nothing). The page and its
 JSON twin are written at the end of the session, after ``--jetmem-save`` has written its baseline, with the
-trends read from the baseline directory (:func:`pytest_jetmem.report.html.load_trends`). The page itself is built
-by :mod:`pytest_jetmem.report.html`, which needs neither pytest nor a GPU.
+trends read from the baseline directory (:func:`pytest_jetmem.report.rows.load_trends`). The page itself is built
+by :mod:`pytest_jetmem.report` (:func:`pytest_jetmem.report.html.write_report`), which needs neither pytest nor
+a GPU.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import pytest
 
 from pytest_jetmem.plugin.options import option_group
 from pytest_jetmem.plugin.sessions import gate_session
-from pytest_jetmem.report import html as report
+from pytest_jetmem.report import load_trends, write_report
 
 _REPORT = pytest.StashKey["ReportWriter"]()
 
@@ -83,8 +84,8 @@ class ReportWriter:
             if self.rows:
                 machine = gate.machine()
         try:
-            trends = report.load_trends(store, self.rows, machine, session_id)
-            self.written = report.write_report(
+            trends = load_trends(store, self.rows, machine, session_id)
+            self.written = write_report(
                 self.path,
                 self.rows,
                 machine=machine.to_dict() if machine else None,

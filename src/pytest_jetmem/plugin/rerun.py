@@ -62,6 +62,7 @@ def _rerun_body(item: pytest.Function, handle: Jetmem, mode: str, what: str) -> 
     """Run the test body again with a fresh handle in ``mode`` (the caller closes it)."""
     _check_rerunnable(item, what)
     other = Jetmem(handle.session, mode, f"{item.nodeid} ({what})", handle.stopping_rule)
+    other.duet = handle.duet
     args = {name: item.funcargs[name] for name in item._fixtureinfo.argnames}
     args["jetmem"] = other
     if "memmode" in args:

@@ -18,9 +18,9 @@ import pytest
 from pytest_jetmem.errors import BaselineError, BaselineNotFound
 from pytest_jetmem.handle import Jetmem
 from pytest_jetmem.machine.jetson import read_jetson_state, timing_warnings
-from pytest_jetmem.measure.baseline import BaselineStore, Entry, entry_key
+from pytest_jetmem.measure.baseline import WINDOW_SESSIONS, BaselineStore, Entry, entry_key
 from pytest_jetmem.measure.benchjson import benchmark_json, write_benchmark_json
-from pytest_jetmem.measure.compare import Verdict, compare_runs
+from pytest_jetmem.measure.compare import Comparison, Verdict, compare_sessions
 from pytest_jetmem.measure.stats import StoppingRule
 from pytest_jetmem.measure.timing import Measurement
 from pytest_jetmem.plugin import markers, options
@@ -36,6 +36,7 @@ from pytest_jetmem.plugin.sessions import (
 
 MARKER = markers.RUNTIME
 PROPERTY = "jetmem"
+AMBIGUOUS_POLICIES = ("pass", "warn", "fail")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -79,13 +80,29 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--jetmem-overwrite",
         action="store_true",
         default=False,
-        help="let --jetmem-save replace a baseline of an earlier session (kept as NAME.json.prev)",
+        help="let --jetmem-save replace a baseline of earlier sessions (kept as NAME.json.prev) instead of "
+        "appending this session to it",
     )
     group.addoption(
         "--jetmem-append",
         action="store_true",
         default=False,
-        help="let --jetmem-save add this session's runs to an existing baseline of the same machine",
+        help="add this session's runs to an existing baseline of the same machine (what --jetmem-save does "
+        "by default; kept for scripts that pass it)",
+    )
+    group.addoption(
+        "--jetmem-ambiguous",
+        default=None,
+        choices=AMBIGUOUS_POLICIES,
+        help="what an ambiguous comparison does (a change past the threshold that is not clear of the noise, "
+        "or a baseline with too few sessions to know its noise): pass, warn (default) or fail",
+    )
+    group.addoption(
+        "--jetmem-window",
+        type=int,
+        default=None,
+        metavar="N",
+        help=f"sessions a baseline keeps when --jetmem-save appends (default {WINDOW_SESSIONS}, the newest)",
     )
     group.addoption(
         "--jetmem-runs",
@@ -122,6 +139,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addini("jetmem_runs", "runs (fresh allocations) per measured test", default="1")
     parser.addini("jetmem_max_time", "time cap per measurement in seconds", default="1.0")
     parser.addini("jetmem_noise", "target relative noise of the median", default="0.01")
+    parser.addini("jetmem_ambiguous", "what an ambiguous comparison does: pass, warn or fail", default="warn")
+    parser.addini("jetmem_window", "sessions a baseline keeps when sessions are appended", default=str(WINDOW_SESSIONS))
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -133,6 +152,12 @@ def pytest_configure(config: pytest.Config) -> None:
     fail_pct = options.get_float(config, "fail", minimum=0.0, what="a percentage >= 0")
     max_time = options.get_float(config, "max_time", minimum=1e-3, what="seconds > 0")
     noise = options.get_float(config, "noise", minimum=1e-6, what="a fraction > 0")
+    overwrite = bool(config.getoption("jetmem_overwrite"))
+    if overwrite and config.getoption("jetmem_append"):
+        raise pytest.UsageError(
+            "--jetmem-append and --jetmem-overwrite contradict each other: --jetmem-save appends this session to "
+            "an existing baseline by default; pass --jetmem-overwrite alone to replace it"
+        )
     device = device_session(config)
     device.stopping_rule = StoppingRule(target_rel_noise=noise, max_time_s=max_time)
     bdir = options.get_str(config, "baseline_dir") or ".jetmem/baselines"
@@ -144,8 +169,9 @@ def pytest_configure(config: pytest.Config) -> None:
         compare_name=options.get_str(config, "compare"),
         fail_pct=fail_pct,
         strict_machine=options.get_bool(config, "strict_machine"),
-        overwrite=config.getoption("jetmem_overwrite"),
-        append=config.getoption("jetmem_append"),
+        overwrite=overwrite,
+        window=options.get_int(config, "window", minimum=1, what="an integer >= 1"),
+        ambiguous=_ambiguous_policy(config),
         runs=options.get_int(config, "runs", minimum=1, what="an integer >= 1"),
         benchmark_json=options.get_str(config, "benchmark_json", ini=False),
     )
@@ -182,6 +208,14 @@ class _XdistHooks:
                 self.state.errors.append(err)
 
 
+def _ambiguous_policy(config: pytest.Config) -> str:
+    value, source = options.raw(config, "ambiguous")
+    text = str(value).strip().lower()
+    if text not in AMBIGUOUS_POLICIES:
+        raise pytest.UsageError(f"{source}: expected one of {', '.join(AMBIGUOUS_POLICIES)}, got {value!r}")
+    return text
+
+
 def _gate(config: pytest.Config) -> GateSession:
     gate = gate_session(config)
     assert gate is not None  # set by this half's pytest_configure
@@ -215,7 +249,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         )
 
 
-def _spec(item: pytest.Item) -> RuntimeSpec | None:
+def item_spec(item: pytest.Item) -> RuntimeSpec | None:
+    """The validated ``memmode_runtime`` marker of ``item`` (None: unmarked)."""
     mark = item.get_closest_marker(MARKER)
     if mark is None:
         return None
@@ -228,7 +263,7 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> Iterator[Any]:
     result = yield
     handle = pyfuncitem.funcargs.get("jetmem")
     if isinstance(handle, Jetmem) and handle.measurements:
-        spec = _spec(pyfuncitem)
+        spec = item_spec(pyfuncitem)
         runs = (spec.runs if spec and spec.runs else None) or _gate(pyfuncitem.config).runs
         if runs > 1:
             try:
@@ -296,8 +331,15 @@ def _judge(item: pytest.Function, handle: Jetmem, spec: RuntimeSpec | None) -> l
                 )
                 row["verdict"] = "FAIL ratio"
         key = entry_key(item.nodeid, m.mode, m.key)
+        runs = tuple(map(tuple, m.runs))
         state.entries[key] = Entry(
-            item.nodeid, m.mode, m.key, tuple(m.samples), m.first_call_ms, runs=tuple(map(tuple, m.runs))
+            item.nodeid,
+            m.mode,
+            m.key,
+            tuple(m.samples),
+            m.first_call_ms,
+            runs=runs,
+            run_sessions=(state.session_id,) * len(runs) if runs else (),
         )
         if state.compare_name is not None:
             if base is None:
@@ -315,14 +357,44 @@ def _judge(item: pytest.Function, handle: Jetmem, spec: RuntimeSpec | None) -> l
                 if entry is None:
                     row["baseline"] = "new (not in baseline)"
                 else:
-                    cmp = compare_runs(entry.run_samples, m.runs or [m.samples], state.fail_pct)
-                    row.update(baseline_change_pct=cmp.change_pct, baseline=cmp.verdict.value)
-                    if cmp.verdict is Verdict.REGRESSION and is_judged and spec.baseline:
-                        failures.append(f"{m.mode} {m.key}: {cmp.describe()}")
-                        row["verdict"] = "FAIL regression"
+                    cmp = compare_sessions(entry.sessions(), m.runs or [m.samples], state.fail_pct)
+                    failure = apply_comparison(item, state, row, cmp, judged=is_judged and spec.baseline)
+                    if failure:
+                        failures.append(failure)
         row.setdefault("verdict", ("ok" if is_judged else "reported"))
-        _publish(item, row)
+        publish_row(item, row)
     return failures
+
+
+def apply_comparison(
+    item: pytest.Item, state: GateSession, row: dict[str, Any], cmp: Comparison, *, judged: bool
+) -> str | None:
+    """Put a comparison's figures in ``row``; the failure message it gives a judged test (None: it passes).
+
+    A regression fails; an ambiguous verdict fails, warns or passes as ``--jetmem-ambiguous`` says.
+    """
+    row.update(
+        baseline_change_pct=cmp.change_pct,
+        baseline=cmp.verdict.value,
+        baseline_ci=[cmp.ci_low, cmp.ci_high],
+        baseline_unit=cmp.unit,
+    )
+    if cmp.reason:
+        row["baseline_reason"] = cmp.reason
+    if not judged:
+        return None
+    text = f"{row['mode']} {row['key']}: {cmp.describe()}"
+    if cmp.verdict is Verdict.REGRESSION:
+        row["verdict"] = "FAIL regression"
+        return text
+    if cmp.verdict is Verdict.AMBIGUOUS:
+        if state.ambiguous == "fail":
+            row["verdict"] = "FAIL ambiguous"
+            return f"{text} [--jetmem-ambiguous=fail]"
+        if state.ambiguous == "warn":
+            row["verdict"] = "ambiguous"
+            warnings.warn(pytest.PytestWarning(f"jetmem: {item.nodeid}: {text}"), stacklevel=1)
+    return None
 
 
 def _row(item: pytest.Item, m: Measurement) -> dict[str, Any]:
@@ -344,10 +416,11 @@ def _row(item: pytest.Item, m: Measurement) -> dict[str, Any]:
         "stop_reason": m.stop_reason,
         "runs": len(m.runs) or 1,
         "samples": list(m.samples),
+        **({"run_rounds": m.run_rounds} if m.run_rounds else {}),
     }
 
 
-def _publish(item: pytest.Item, row: dict[str, Any]) -> None:
+def publish_row(item: pytest.Item, row: dict[str, Any]) -> None:
     """Rows travel on the report (xdist-safe); junitxml gets the figures as properties."""
     rows = item.stash.setdefault(_ROWS, [])
     rows.append(row)
@@ -391,14 +464,11 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
                     state.entries,
                     state.session_id,
                     overwrite=state.overwrite,
-                    append=state.append,
+                    append=not state.overwrite,
+                    window=state.window,
                 )
             except BaselineError as exc:
-                hint = (
-                    " (pass --jetmem-append to add this session's runs, or --jetmem-overwrite to replace it)"
-                    if "session" in str(exc)
-                    else ""
-                )
+                hint = " (pass --jetmem-overwrite to replace it)" if "cannot add to it" in str(exc) else ""
                 state.errors.append(f"--jetmem-save: {exc}{hint}")
                 session.exitstatus = pytest.ExitCode.TESTS_FAILED
     workeroutput = getattr(config, "workeroutput", None)

@@ -100,7 +100,8 @@ class GateSession:
     fail_pct: float
     strict_machine: bool
     overwrite: bool
-    append: bool
+    window: int
+    ambiguous: str  # what an ambiguous comparison does: "pass", "warn" or "fail"
     runs: int
     benchmark_json: str | None
     jetson_before: JetsonState | None = None

@@ -16,6 +16,9 @@ from pytest_jetmem.measure.stats import (
     mann_whitney_p,
     median_rel_noise,
     ratio_ci,
+    run_ratio_test,
+    student_t_ppf,
+    student_t_sf2,
     summarize,
 )
 
@@ -293,3 +296,91 @@ def test_mann_whitney_p_in_unit_interval_symmetric_and_rank_based(a: list[float]
     # only ranks matter: exact monotone maps (scaling by 4, reflection for a two-sided test) keep p
     assert mann_whitney_p([4 * x for x in a], [4 * x for x in b]) == p
     assert mann_whitney_p([-x for x in a], [-x for x in b]) == p
+
+
+# -- statistics: Student's t ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("q", "df", "table_value"),
+    [
+        (0.975, 4, 2.776),
+        (0.995, 10, 3.169),
+        (0.95, 1, 6.314),
+        (0.995, 2, 9.925),
+        (0.9, 5, 1.476),
+        (0.975, 30, 2.042),
+        (0.995, 120, 2.617),
+        (0.975, 1e7, 1.960),
+    ],
+)
+def test_student_t_quantiles_match_the_table(q: float, df: float, table_value: float) -> None:
+    t = student_t_ppf(q, df)
+    assert t == pytest.approx(table_value, abs=1.5e-3)
+    assert student_t_sf2(t, df) == pytest.approx(2 * (1 - q), rel=1e-6)
+
+
+@pytest.mark.parametrize("t", [0.0, 0.3, 1.0, 2.5, 10.0])
+def test_student_t_sf2_closed_forms(t: float) -> None:
+    assert student_t_sf2(t, 1) == pytest.approx(1 - 2 * math.atan(t) / math.pi, abs=1e-12)  # Cauchy
+    assert student_t_sf2(t, 2) == pytest.approx(1 - t / math.sqrt(2 + t * t), abs=1e-12)
+    assert student_t_sf2(-t, 7) == student_t_sf2(t, 7)
+
+
+def test_student_t_sf2_table_and_edges() -> None:
+    assert student_t_sf2(2.776, 4) == pytest.approx(0.05, abs=2e-4)
+    assert student_t_sf2(3.169, 10) == pytest.approx(0.01, abs=1e-4)
+    assert student_t_sf2(math.inf, 5) == 0.0
+    assert student_t_sf2(0.0, 5) == 1.0
+    assert student_t_sf2(40.0, 3) < 1e-4
+
+
+# -- statistics: run-level comparison ------------------------------------------------------------------------------
+def test_run_ratio_test_two_sided_welch_by_hand() -> None:
+    b, c = [1.0, 1.1, 0.9, 1.05], [1.2, 1.3, 1.15]
+    lb, lc = np.log(b), np.log(c)
+    vb, vc = lb.var(ddof=1) / len(b), lc.var(ddof=1) / len(c)
+    df = (vb + vc) ** 2 / (vb**2 / (len(b) - 1) + vc**2 / (len(c) - 1))
+    d, se = lc.mean() - lb.mean(), math.sqrt(vb + vc)
+    half = student_t_ppf(0.995, df) * se
+    ratio, lo, hi, p = run_ratio_test(b, c)
+    assert ratio == pytest.approx(math.exp(d))
+    assert (lo, hi) == (pytest.approx(math.exp(d - half)), pytest.approx(math.exp(d + half)))
+    assert p == pytest.approx(student_t_sf2(d / se, df))
+    # geometric: swapping the sides inverts the ratio and the interval, and keeps p
+    r2, lo2, hi2, p2 = run_ratio_test(c, b)
+    assert (r2, lo2, hi2, p2) == (
+        pytest.approx(1 / ratio),
+        pytest.approx(1 / hi),
+        pytest.approx(1 / lo),
+        pytest.approx(p),
+    )
+
+
+def _prediction_case() -> tuple[list[float], float, float, float, int]:
+    rng = np.random.default_rng(11)
+    base = list(np.exp(rng.normal(0.0, 0.05, 10)))
+    current = 1.15
+    lb = np.log(base)
+    d = math.log(current) - lb.mean()
+    se = lb.std(ddof=1) * math.sqrt(1 + 1 / len(base))  # one new run: its variance is the baseline runs'
+    return base, current, d, se, len(base)
+
+
+def test_run_ratio_test_one_current_run_is_a_prediction_interval() -> None:
+    base, current, d, se, n = _prediction_case()
+    ratio, lo, hi, p = run_ratio_test(base, [current])
+    assert ratio == pytest.approx(math.exp(d))
+    half = math.log(hi) - d
+    assert d - math.log(lo) == pytest.approx(half)  # symmetric on the log scale
+    # the half-width is a t quantile times the prediction standard error s * sqrt(1 + 1/n), not s / sqrt(n)
+    assert student_t_ppf(0.995, 1e7) * se <= half <= student_t_ppf(0.995, n - 1) * se * (1 + 1e-9)
+    assert 0.0 < p < 0.05
+    with pytest.raises(ValueError, match="at least two runs"):
+        run_ratio_test([1.0], [1.1])
+
+
+def test_run_ratio_test_prediction_interval_has_n_minus_1_degrees_of_freedom() -> None:
+    base, current, d, se, n = _prediction_case()
+    _, lo, hi, p = run_ratio_test(base, [current])
+    half = student_t_ppf(0.995, n - 1) * se
+    assert (lo, hi) == (pytest.approx(math.exp(d - half), rel=1e-6), pytest.approx(math.exp(d + half), rel=1e-6))
+    assert p == pytest.approx(student_t_sf2(d / se, n - 1), rel=1e-6)

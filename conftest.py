@@ -1,26 +1,37 @@
-"""Fixtures shared by the CPU-only tests: a fake CUDA driver installed at the driver boundary.
+"""The repository's own test configuration: a fake CUDA driver installed at the driver boundary.
 
-pytest puts this folder on ``sys.path`` when it loads this conftest (``tests/`` is no package), so
-``from fakes.fake_driver import FakeDriver`` works here, in the test modules and in the conftest of
-a ``pytester`` run in this process.
+``tests/`` is no package, and pytest puts the rootdir on ``sys.path`` for this conftest, not ``tests/``; so
+``tests/`` goes on ``sys.path`` here, explicitly, before anything imports from it. Then
+``from fakes.fake_driver import FakeDriver`` and ``from plugin_loading import plugin_args`` work here, in the
+test modules and in the conftest of a ``pytester`` run in this process.
 
 In-process ``pytester`` runs share ``pytest_jetmem.cuda.driver`` with this process, and the plugin of the
 inner run opens the device lazily (its report header is the first user), so a fake installed by the
 outer test before ``pytester.runpytest()`` is the one the inner run talks to, and the outer test can
 inspect it afterwards. The fixtures put the previous backend back when the test ends.
+
+pytest also loads this file for a run of the demo suite from a checkout (``pytest-jetmem-demo``: the
+package's demo folder lies under this rootdir, in ``src/`` or in ``.venv``), so it defines fixtures only,
+none of them autouse, and imports nothing that a demo run lacks.
 """
 
 from __future__ import annotations
 
 import contextlib
 import importlib
+import sys
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from fakes.fake_driver import FakeDriver
-from pytest_jetmem.cuda import driver
+TESTS_DIR = str(Path(__file__).resolve().parent / "tests")
+if TESTS_DIR not in sys.path:
+    sys.path.insert(0, TESTS_DIR)
+
+from fakes.fake_driver import FakeDriver  # noqa: E402
+from pytest_jetmem.cuda import driver  # noqa: E402
 
 # An in-process pytester run drops every module it imported when it ends. hypothesis' pytest plugin imports
 # hypothesis.internal.observability at the end of each session, which then costs ~2 s per run (the import
@@ -32,7 +43,7 @@ with contextlib.suppress(ImportError):
 @pytest.fixture
 def restore_driver_backend() -> Iterator[None]:
     """Put back whatever driver backend was installed before the test (a fake, the real one, none)."""
-    previous = driver._backend
+    previous = driver.installed()
     try:
         yield
     finally:

@@ -1,0 +1,177 @@
+"""Two processes taking turns on one GPU: the base and the change of ``--jetmem-against``, sample batch by batch.
+
+Each side is a pytest session of its own (its own tree, its own kernels). The parent runs the same test in
+both at once; when the test body calls ``jetmem.measure``, the two sides meet (:meth:`Duet.meet`, keyed by the
+test's dispatch number and the call's index and label) and then take turns: first call and warm-up of the
+base, of the change, then a batch of the base, a batch of the change, ... until both sides' stopping rules are
+satisfied in the same round. Round ``r`` of the two sides ran back to back, so drift (clocks, temperature,
+other tenants) hits both alike and their ratio holds.
+
+The channel is two named pipes in a folder the parent made: ``side0.fifo`` (the base's inbox) and
+``side1.fifo`` (the change's). A call one side makes and the other does not (a test changed) is measured alone
+on that side and reported unpaired; a side that stops answering for ``timeout_s`` is an error. GPU-free and
+pytest-free: tested with two threads.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from pytest_jetmem.errors import JetmemError
+
+__all__ = ["BASE", "CHANGE", "Duet", "DuetError", "make_channel"]
+
+BASE, CHANGE = 0, 1
+DEFAULT_TIMEOUT_S = 600.0
+
+
+class DuetError(JetmemError):
+    """The other side of ``--jetmem-against`` stopped answering, or spoke out of turn."""
+
+
+def make_channel(folder: str | os.PathLike[str]) -> Path:
+    """Create the two named pipes of a channel in ``folder``; returns the folder."""
+    path = Path(folder)
+    path.mkdir(parents=True, exist_ok=True)
+    for side in (BASE, CHANGE):
+        fifo = path / f"side{side}.fifo"
+        if not fifo.exists():
+            os.mkfifo(fifo, 0o600)
+    return path
+
+
+@dataclass(frozen=True, order=True)
+class _Key:
+    seq: int  # the parent's dispatch number of the test
+    index: int  # the measure call's index within that test
+    label: str = ""
+
+
+class Duet:
+    """One side's end of the channel. ``side`` is :data:`BASE` (takes the first turn) or :data:`CHANGE`."""
+
+    def __init__(self, channel: str | os.PathLike[str], side: int, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+        if side not in (BASE, CHANGE):
+            raise ValueError(f"side must be {BASE} (base) or {CHANGE} (change), got {side!r}")
+        self.side = side
+        self.timeout_s = timeout_s
+        folder = Path(channel)
+        # O_RDWR: opening our own inbox never blocks, and it never reads end-of-file while we hold it
+        self._inbox = os.open(folder / f"side{side}.fifo", os.O_RDWR)
+        self._outbox = os.open(folder / f"side{1 - side}.fifo", os.O_RDWR)
+        self._buffer = b""
+        self._pending: list[str] = []  # messages read but not consumed yet
+        self.seq = 0
+        self.calls = 0  # measure calls met so far in the current test
+        self.paired_calls = 0
+
+    def close(self) -> None:
+        for fd in (self._inbox, self._outbox):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+    # -- messages -----------------------------------------------------------------------------------
+    def _send(self, message: str) -> None:
+        data = (message + "\n").encode()
+        while data:
+            data = data[os.write(self._outbox, data) :]
+
+    def _receive(self) -> str:
+        if self._pending:
+            return self._pending.pop(0)
+        deadline = time.monotonic() + self.timeout_s
+        while b"\n" not in self._buffer:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise DuetError(
+                    f"--jetmem-against: the {'change' if self.side == BASE else 'base'} side sent nothing for "
+                    f"{self.timeout_s:g} s (it crashed, hung, or runs different code at this point)"
+                )
+            ready, _, _ = select.select([self._inbox], [], [], left)
+            if ready:
+                self._buffer += os.read(self._inbox, 65536)
+        line, _, self._buffer = self._buffer.partition(b"\n")
+        return line.decode()
+
+    # -- tests --------------------------------------------------------------------------------------
+    def begin_test(self, seq: int) -> None:
+        """The parent dispatched test number ``seq`` (the same number on both sides)."""
+        self.seq = seq
+        self.calls = 0
+
+    def end_test(self) -> None:
+        """The test is over on this side: a peer still waiting to meet in it measures alone."""
+        self._send(f"END {self.seq}")
+
+    def meet(self, label: str = "") -> bool:
+        """Meet the other side at this measure call; True when both make it (then take turns), else measure alone."""
+        mine = _Key(self.seq, self.calls, label)
+        self.calls += 1
+        self._send(f"HELLO {mine.seq} {mine.index} {label}")
+        while True:
+            message = self._receive()
+            kind, _, rest = message.partition(" ")
+            if kind == "END":
+                if int(rest) < mine.seq:
+                    continue  # an earlier test's
+                self._pending.insert(0, message)  # the peer is done with this test: keep it for the next meet
+                return False
+            if kind != "HELLO":
+                raise DuetError(f"--jetmem-against: expected a greeting, got {message!r}")
+            seq, index, peer_label = rest.split(" ", 2) if rest.count(" ") >= 2 else (*rest.split(" "), "")
+            theirs = _Key(int(seq), int(index), peer_label)
+            if (theirs.seq, theirs.index) < (mine.seq, mine.index):
+                continue  # a call we did not make: the peer measured it alone
+            if (theirs.seq, theirs.index) > (mine.seq, mine.index):
+                self._pending.insert(0, message)  # the peer has no such call: it comes back at our next meet
+                return False
+            if theirs.label != mine.label:
+                return False
+            self.paired_calls += 1
+            return True
+
+    # -- turns --------------------------------------------------------------------------------------
+    def _pass(self, done: bool) -> None:
+        self._send(f"TURN {int(done)}")
+
+    def _wait(self) -> bool:
+        message = self._receive()
+        kind, _, rest = message.partition(" ")
+        if kind != "TURN":
+            raise DuetError(f"--jetmem-against: expected the other side's turn, got {message!r}")
+        return rest == "1"
+
+    def take_turns(self, setup: Callable[[], None], batch: Callable[[], bool]) -> int:
+        """After a successful :meth:`meet`: ``setup()`` once, then ``batch()`` per round until both are done.
+
+        ``batch()`` samples one batch and returns whether this side's stopping rule is satisfied. The base
+        goes first in every round; the rounds end after the first round in which both sides were done.
+        Returns the number of rounds.
+        """
+        if self.side == BASE:
+            setup()
+            self._pass(False)
+            self._wait()
+        else:
+            self._wait()
+            setup()
+            self._pass(False)
+        rounds = 0
+        while True:
+            rounds += 1
+            if self.side == BASE:
+                mine = batch()
+                self._pass(mine)
+                theirs = self._wait()
+            else:
+                theirs = self._wait()
+                mine = batch()
+                self._pass(mine)
+            if mine and theirs:
+                return rounds

@@ -1,0 +1,301 @@
+"""The charts of the report: one per test, drawn with matplotlib (a base64 PNG ``<img>``) where it is installed,
+else as plain inline SVG drawn here.
+
+For each measurement of the test a panel of bars per mode (median) with whiskers from p5 to p95, and, where
+two or more saved baselines hold the test, a panel with its median in each of them, oldest first, and in this
+run. :func:`chart_backend` says which back end a page uses, :func:`draw_chart` draws one test's chart with it.
+Also the markup primitives the page shares with the charts: :func:`escape`, :func:`format_ms` and
+:func:`mode_color`. Nothing here is loaded from the network.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from pytest_jetmem.report.rows import Group, Trends, finite, has_trend
+
+__all__ = [
+    "CHART_BACKENDS",
+    "MODE_COLORS",
+    "NO_MATPLOTLIB_NOTE",
+    "chart_backend",
+    "draw_chart",
+    "escape",
+    "format_ms",
+    "matplotlib_available",
+    "mode_color",
+]
+
+CHART_BACKENDS = ("auto", "matplotlib", "svg")
+MODE_COLORS = {"device": "#1f77b4", "managed": "#ff7f0e", "zero_copy": "#2ca02c"}
+_OTHER_COLORS = ("#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
+NO_MATPLOTLIB_NOTE = (
+    "matplotlib is not installed: the charts below are simple SVG drawn by pytest-jetmem "
+    "(pip install 'pytest-jetmem[report]' for matplotlib charts)."
+)
+
+
+# -- markup primitives ---------------------------------------------------------------------------------
+def escape(x: Any) -> str:
+    """``str(x)`` escaped for HTML text and quoted attribute values (``& < > " '``)."""
+    return html.escape(str(x), quote=True)
+
+
+def format_ms(x: Any, digits: int = 4) -> str:
+    """``x`` with ``digits`` significant digits (``%g``) where it is a finite number (:func:`finite`), else ``""``."""
+    return f"{x:.{digits}g}" if finite(x) else ""
+
+
+def mode_color(mode: str, modes: Sequence[str]) -> str:
+    """The colour of ``mode`` among the ``modes`` of one chart: :data:`MODE_COLORS` for the known modes, the
+    other modes a colour each by their place among the unknown ones in ``modes``, grey when not in ``modes``."""
+    if mode in MODE_COLORS:
+        return MODE_COLORS[mode]
+    others = [m for m in modes if m not in MODE_COLORS]
+    return _OTHER_COLORS[others.index(mode) % len(_OTHER_COLORS)] if mode in others else "#7f7f7f"
+
+
+# -- choosing the back end -----------------------------------------------------------------------------
+def chart_backend(charts: str = "auto") -> str:
+    """The back end ``charts`` asks for, ``"matplotlib"`` or ``"svg"``: ``"auto"`` is matplotlib where it is
+    installed (:func:`matplotlib_available`), else SVG. ValueError for anything but :data:`CHART_BACKENDS`."""
+    if charts not in CHART_BACKENDS:
+        raise ValueError(f"charts: expected 'auto', 'matplotlib' or 'svg', got {charts!r}")
+    return "matplotlib" if charts == "matplotlib" or (charts == "auto" and matplotlib_available()) else "svg"
+
+
+def draw_chart(group: Group, trends: Trends, charts: str = "auto") -> str:
+    """The chart of one test as an HTML fragment: a base64 PNG ``<img>`` where :func:`chart_backend` of
+    ``charts`` is matplotlib, else an inline ``<svg>``. ImportError for ``"matplotlib"`` without matplotlib."""
+    return _mpl_chart(group, trends) if chart_backend(charts) == "matplotlib" else _svg_chart(group, trends)
+
+
+# -- charts: our own SVG -------------------------------------------------------------------------------
+def _ticks(top: float) -> list[float]:
+    """Round tick values from 0 to at least ``top``: a step of 1, 2, 2.5 or 5 times a power of ten, 3 to 6 ticks."""
+    if not top > 0 or not math.isfinite(top):
+        return [0.0, 0.25, 0.5, 0.75, 1.0]
+    raw = top / 4
+    exp = 10 ** math.floor(math.log10(raw))
+    step = next(m * exp for m in (1, 2, 2.5, 5, 10) if m * exp >= raw)
+    n = math.ceil(top / step - 1e-9)
+    return [round(step * i, 12) for i in range(n + 1)]
+
+
+def _trim(text: str, n: int) -> str:
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
+def _svg_bars(group: Group, key: str, x0: float, y0: float, w: float, h: float) -> list[str]:
+    """One panel: a bar per mode (median) with a whisker p5..p95."""
+    modes = [m for m in group.modes if group.row(key, m) is not None]
+    rows = [group.row(key, m) for m in modes]
+    top = max((max(r.get("p95") or 0, r.get("median") or 0) for r in rows if r), default=0.0)
+    ticks = _ticks(top * 1.08)
+    ymax = ticks[-1]
+    left, bottom, right, title_h = 52.0, 34.0, 8.0, 22.0
+    px0, py0, pw, ph = x0 + left, y0 + title_h, w - left - right, h - title_h - bottom
+    out = [
+        f'<text x="{x0 + w / 2:.1f}" y="{y0 + 15:.1f}" class="pt" text-anchor="middle">{escape(_trim(key, 48))}</text>'
+    ]
+    for v in ticks:
+        y = py0 + ph - ph * v / ymax
+        out.append(f'<line x1="{px0:.1f}" y1="{y:.1f}" x2="{px0 + pw:.1f}" y2="{y:.1f}" class="grid"/>')
+        out.append(f'<text x="{px0 - 4:.1f}" y="{y + 3.5:.1f}" class="tick" text-anchor="end">{v:g}</text>')
+    out.append(
+        f'<text x="{x0 + 11:.1f}" y="{py0 + ph / 2:.1f}" class="tick" text-anchor="middle" '
+        f'transform="rotate(-90 {x0 + 11:.1f} {py0 + ph / 2:.1f})">ms</text>'
+    )
+    slot = pw / max(len(modes), 1)
+    bw = min(56.0, slot * 0.6)
+    for i, (mode, r) in enumerate(zip(modes, rows, strict=True)):
+        assert r is not None
+        cx = px0 + slot * (i + 0.5)
+        med = float(r["median"]) if finite(r.get("median")) else 0.0
+        yv = py0 + ph - ph * med / ymax
+        color = mode_color(mode, group.modes)
+        tip = (
+            f"{mode} {key}: median {format_ms(med)} ms, p5 {format_ms(r.get('p5'))}, p95 {format_ms(r.get('p95'))}, "
+            f"MAD {format_ms(r.get('mad'), 2)}, n={r.get('n')}"
+        )
+        out.append(
+            f'<rect x="{cx - bw / 2:.1f}" y="{yv:.1f}" width="{bw:.1f}" height="{py0 + ph - yv:.1f}" '
+            f'fill="{color}" class="bar"><title>{escape(tip)}</title></rect>'
+        )
+        if finite(r.get("p5")) and finite(r.get("p95")):
+            ylo = py0 + ph - ph * float(r["p5"]) / ymax
+            yhi = py0 + ph - ph * float(r["p95"]) / ymax
+            out.append(f'<line x1="{cx:.1f}" y1="{ylo:.1f}" x2="{cx:.1f}" y2="{yhi:.1f}" class="whisker"/>')
+            for yy in (ylo, yhi):
+                out.append(f'<line x1="{cx - 6:.1f}" y1="{yy:.1f}" x2="{cx + 6:.1f}" y2="{yy:.1f}" class="whisker"/>')
+            label_y = min(yv, yhi) - 4
+        else:
+            label_y = yv - 4
+        out.append(f'<text x="{cx:.1f}" y="{label_y:.1f}" class="val" text-anchor="middle">{format_ms(med, 3)}</text>')
+        out.append(
+            f'<text x="{cx:.1f}" y="{py0 + ph + 15:.1f}" class="tick" text-anchor="middle">'
+            f"{escape(_trim(mode, 14))}</text>"
+        )
+    out.append(f'<line x1="{px0:.1f}" y1="{py0 + ph:.1f}" x2="{px0 + pw:.1f}" y2="{py0 + ph:.1f}" class="axis"/>')
+    return out
+
+
+def _svg_trend(group: Group, key: str, trends: Trends, x0: float, y0: float, w: float, h: float) -> list[str]:
+    """One panel: the median in each saved baseline (oldest first) and in this run, a line per mode."""
+    series = {m: trends.of(str(r["nodeid"]), m, key) for m in group.modes if (r := group.row(key, m)) is not None}
+    series = {m: pts for m, pts in series.items() if pts}
+    labels: list[str] = []
+    for pts in series.values():
+        for p in pts:
+            if p.label not in labels:
+                labels.append(p.label)
+    top = max((p.median for pts in series.values() for p in pts), default=0.0)
+    ticks = _ticks(top * 1.08)
+    ymax = ticks[-1]
+    left, bottom, right, title_h = 52.0, 34.0, 8.0, 22.0
+    px0, py0, pw, ph = x0 + left, y0 + title_h, w - left - right, h - title_h - bottom
+    out = [
+        f'<text x="{x0 + w / 2:.1f}" y="{y0 + 15:.1f}" class="pt" text-anchor="middle">'
+        f"{escape(_trim(key, 36))}: median per baseline</text>"
+    ]
+    for v in ticks:
+        y = py0 + ph - ph * v / ymax
+        out.append(f'<line x1="{px0:.1f}" y1="{y:.1f}" x2="{px0 + pw:.1f}" y2="{y:.1f}" class="grid"/>')
+        out.append(f'<text x="{px0 - 4:.1f}" y="{y + 3.5:.1f}" class="tick" text-anchor="end">{v:g}</text>')
+    step = pw / max(len(labels), 1)
+    xs = {lab: px0 + step * (i + 0.5) for i, lab in enumerate(labels)}
+    for lab, x in xs.items():
+        out.append(
+            f'<text x="{x:.1f}" y="{py0 + ph + 15:.1f}" class="tick" text-anchor="middle">'
+            f"{escape(_trim(lab, 20))}</text>"
+        )
+    for mode, pts in series.items():
+        color = mode_color(mode, group.modes)
+        coords = [(xs[p.label], py0 + ph - ph * p.median / ymax, p) for p in pts]
+        path = " ".join(f"{x:.1f},{y:.1f}" for x, y, _ in coords)
+        out.append(f'<polyline points="{path}" fill="none" stroke="{color}" stroke-width="2"/>')
+        for x, y, p in coords:
+            tip = f"{mode} {key} in {p.label} ({p.created}): median {format_ms(p.median)} ms, n={p.n}"
+            out.append(
+                f'<circle cx="{x:.1f}" cy="{y:.1f}" r="3.5" fill="{color}"><title>{escape(tip)}</title></circle>'
+            )
+    out.append(f'<line x1="{px0:.1f}" y1="{py0 + ph:.1f}" x2="{px0 + pw:.1f}" y2="{py0 + ph:.1f}" class="axis"/>')
+    return out
+
+
+def _svg_chart(group: Group, trends: Trends) -> str:
+    keys = group.keys
+    trend_keys = [k for k in keys if has_trend(group, k, trends)]
+    pw, ph = 320.0, 230.0
+    cols = max(len(keys), len(trend_keys), 1)
+    width = pw * cols
+    legend_h = 24.0
+    height = legend_h + ph * (2 if trend_keys else 1)
+    parts = [
+        f'<svg class="chart" role="img" viewBox="0 0 {width:.0f} {height:.0f}" width="{width:.0f}" '
+        f'height="{height:.0f}" aria-label="{escape("timings of " + group.name)}">',
+        "<style>.pt{font:bold 12px sans-serif}.tick,.val{font:11px sans-serif;fill:#333}"
+        ".grid{stroke:#e3e3e3}.axis{stroke:#444}.whisker{stroke:#222;stroke-width:1.5}</style>",
+    ]
+    lx = 8.0
+    for mode in group.modes:
+        parts.append(f'<rect x="{lx:.1f}" y="6" width="12" height="12" fill="{mode_color(mode, group.modes)}"/>')
+        parts.append(f'<text x="{lx + 16:.1f}" y="16" class="tick">{escape(mode)}</text>')
+        lx += 24 + 7 * len(mode)
+    for i, key in enumerate(keys):
+        parts.extend(_svg_bars(group, key, pw * i, legend_h, pw, ph))
+    for i, key in enumerate(trend_keys):
+        parts.extend(_svg_trend(group, key, trends, pw * i, legend_h + ph, pw, ph))
+    parts.append("</svg>")
+    return "\n".join(parts)
+
+
+# -- charts: matplotlib --------------------------------------------------------------------------------
+def matplotlib_available() -> bool:
+    """Whether matplotlib can be imported (the ``report`` extra)."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _mpl_chart(group: Group, trends: Trends) -> str:
+    """The chart as a base64 PNG ``<img>``, drawn with matplotlib's object API (no pyplot, no global state)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    keys = group.keys
+    trend_keys = [k for k in keys if has_trend(group, k, trends)]
+    cols = max(len(keys), len(trend_keys), 1)
+    nrows = 2 if trend_keys else 1
+    fig = Figure(figsize=(3.4 * cols, 2.7 * nrows + 0.3), dpi=96, layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(nrows, cols, squeeze=False)
+    for i in range(cols):
+        ax = axes[0][i]
+        if i >= len(keys):
+            ax.set_visible(False)
+            continue
+        key = keys[i]
+        modes = [m for m in group.modes if group.row(key, m) is not None]
+        rows = [group.row(key, m) for m in modes]
+        meds = [float(r["median"]) if r and finite(r.get("median")) else 0.0 for r in rows]
+        lo: list[float] = []
+        hi: list[float] = []
+        for med, r in zip(meds, rows, strict=True):
+            lo.append(max(0.0, med - float(r["p5"])) if r and finite(r.get("p5")) else 0.0)
+            hi.append(max(0.0, float(r["p95"]) - med) if r and finite(r.get("p95")) else 0.0)
+        colors = [mode_color(m, group.modes) for m in modes]
+        ax.bar(range(len(modes)), meds, color=colors, yerr=[lo, hi], capsize=5, ecolor="#222")
+        for x, (med, h) in enumerate(zip(meds, hi, strict=True)):
+            ax.annotate(f"{med:.3g}", (x, med + h), textcoords="offset points", xytext=(0, 3), ha="center", fontsize=8)
+        ax.set_xticks(range(len(modes)), modes, fontsize=8)
+        ax.set_ylabel("ms", fontsize=8)
+        ax.set_title(_trim(key, 48), fontsize=9)
+        ax.tick_params(axis="y", labelsize=8)
+        ax.set_ylim(bottom=0)
+        ax.margins(y=0.15)
+        ax.grid(axis="y", color="#e3e3e3")
+        ax.set_axisbelow(True)
+    if trend_keys:
+        for i in range(cols):
+            ax = axes[1][i]
+            if i >= len(trend_keys):
+                ax.set_visible(False)
+                continue
+            key = trend_keys[i]
+            labels: list[str] = []
+            for m in group.modes:
+                r = group.row(key, m)
+                for p in trends.of(str(r["nodeid"]), m, key) if r else []:
+                    if p.label not in labels:
+                        labels.append(p.label)
+            for m in group.modes:
+                r = group.row(key, m)
+                pts = trends.of(str(r["nodeid"]), m, key) if r else []
+                if pts:
+                    ax.plot(
+                        [labels.index(p.label) for p in pts],
+                        [p.median for p in pts],
+                        marker="o",
+                        color=mode_color(m, group.modes),
+                        label=m,
+                    )
+            ax.set_xticks(range(len(labels)), [_trim(lab, 20) for lab in labels], fontsize=7, rotation=20)
+            ax.set_title(f"{_trim(key, 30)}: median per baseline", fontsize=9)
+            ax.set_ylabel("ms", fontsize=8)
+            ax.tick_params(axis="y", labelsize=8)
+            ax.set_ylim(bottom=0)
+            ax.grid(axis="y", color="#e3e3e3")
+            ax.legend(fontsize=7)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    data = base64.b64encode(buf.getvalue()).decode("ascii")
+    alt = f"timings of {group.name}: median per mode, whiskers p5..p95"
+    return f'<img class="chart" alt="{escape(alt)}" src="data:image/png;base64,{data}">'

@@ -1,0 +1,261 @@
+"""The data side of the report: the session's measurement rows grouped per test, trends across saved baselines,
+and the JSON twin's document. GPU-free, pytest-free, and free of markup.
+
+A row is one dict per test, mode and measurement, as :mod:`pytest_jetmem.plugin.runtime` publishes it on the
+test reports (``report.jetmem_rows``). A test is its node id with the memory mode taken out of the parameter
+id (:func:`group_name`), so ``test_conv[15-device]`` and ``test_conv[15-zero_copy]`` are one :class:`Group`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from pytest_jetmem.measure.baseline import Baseline, BaselineError, BaselineStore, Machine, entry_key
+
+__all__ = [
+    "FORMAT",
+    "MODE_ORDER",
+    "REFERENCE_MODE",
+    "VERSION",
+    "Group",
+    "TrendPoint",
+    "Trends",
+    "finite",
+    "group_name",
+    "group_rows",
+    "has_trend",
+    "load_trends",
+    "report_document",
+    "utc_now",
+]
+
+FORMAT = "pytest-jetmem-report"
+VERSION = 1
+REFERENCE_MODE = "device"
+MODE_ORDER = ("device", "managed", "zero_copy")
+
+
+def finite(x: Any) -> bool:
+    """Whether ``x`` is a real number (int or float, not bool) that is neither infinite nor NaN."""
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def utc_now() -> str:
+    """The time now, UTC, ISO 8601 to the second (``2030-01-01T00:00:00Z``): the report's ``created`` stamp."""
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+# -- grouping ------------------------------------------------------------------------------------------
+def group_name(nodeid: str, mode: str) -> str:
+    """The test a row belongs to: its node id with the memory mode removed from the parameter id.
+
+    ``t.py::test_conv[15x15-device]`` -> ``t.py::test_conv[15x15]``; ``t.py::test_a[zero_copy]`` -> ``t.py::test_a``.
+    """
+    m = re.fullmatch(r"(.*?)\[(.*)\]", nodeid, flags=re.S)
+    if not m:
+        return nodeid
+    parts = m.group(2).split("-")
+    for i in range(len(parts) - 1, -1, -1):
+        if parts[i] == mode:
+            del parts[i]
+            break
+    else:
+        return nodeid
+    return f"{m.group(1)}[{'-'.join(parts)}]" if parts else m.group(1)
+
+
+def _mode_rank(mode: str) -> tuple[int, str]:
+    return (MODE_ORDER.index(mode), "") if mode in MODE_ORDER else (len(MODE_ORDER), mode)
+
+
+@dataclass
+class Group:
+    """The rows of one test (every mode), in the order their measurements were first seen."""
+
+    name: str
+    anchor: str
+    rows: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def keys(self) -> list[str]:
+        """The measurements (``label:scope``) of this test, in order of appearance."""
+        return list(dict.fromkeys(str(r["key"]) for r in self.rows))
+
+    @property
+    def modes(self) -> list[str]:
+        return sorted({str(r["mode"]) for r in self.rows}, key=_mode_rank)
+
+    def row(self, key: str, mode: str) -> dict[str, Any] | None:
+        """The last row of ``key`` in ``mode`` (a rerun test, e.g. with pytest-rerunfailures, reports again)."""
+        found = [r for r in self.rows if r["key"] == key and r["mode"] == mode]
+        return found[-1] if found else None
+
+
+def group_rows(rows: Iterable[Mapping[str, Any]]) -> list[Group]:
+    """Rows grouped by :func:`group_name`, groups in order of first appearance."""
+    groups: dict[str, Group] = {}
+    for r in rows:
+        name = group_name(str(r["nodeid"]), str(r["mode"]))
+        if name not in groups:
+            groups[name] = Group(name, f"t{len(groups) + 1}")
+        groups[name].rows.append(dict(r))
+    return list(groups.values())
+
+
+# -- trends across saved baselines ---------------------------------------------------------------------
+@dataclass(frozen=True)
+class TrendPoint:
+    """The median of one measurement in one saved baseline (or in this run)."""
+
+    label: str  # the baseline's name, or "this run"
+    created: str  # ISO 8601, UTC
+    median: float
+    n: int
+    this_run: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "label": self.label,
+            "created": self.created,
+            "median": self.median,
+            "n": self.n,
+            "this_run": self.this_run,
+        }
+
+
+@dataclass
+class Trends:
+    """Per (nodeid, mode, key): the points of the baselines that hold it, oldest first, then this run."""
+
+    points: dict[tuple[str, str, str], list[TrendPoint]] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    baselines: list[str] = field(default_factory=list)
+
+    def of(self, nodeid: str, mode: str, key: str) -> list[TrendPoint]:
+        return self.points.get((nodeid, mode, key), [])
+
+    def to_list(self) -> list[dict[str, Any]]:
+        return [
+            {"nodeid": n, "mode": m, "key": k, "points": [p.to_dict() for p in pts]}
+            for (n, m, k), pts in self.points.items()
+        ]
+
+
+def has_trend(group: Group, key: str, trends: Trends) -> bool:
+    """Whether measurement ``key`` of ``group`` has trend points in ``trends`` in at least one of its modes."""
+    return any(trends.of(str(r["nodeid"]), m, key) for m in group.modes if (r := group.row(key, m)) is not None)
+
+
+def load_trends(
+    store: BaselineStore | None,
+    rows: Sequence[Mapping[str, Any]],
+    machine: Machine | None = None,
+    session_id: str | None = None,
+    now: str | None = None,
+) -> Trends:
+    """Read every baseline in ``store`` and collect, for each row, its median in each baseline that holds it.
+
+    A trend is kept only where at least two baselines hold the measurement. Baselines from another machine
+    fingerprint than ``machine`` are left out (their timings are not comparable), and so are unreadable files;
+    ``notes`` says which. The run itself is added as the last point, unless a baseline was saved by this very
+    session (``session_id``), which then stands for it.
+    """
+    trends = Trends()
+    if store is None:
+        return trends
+    try:
+        names = store.names()
+    except OSError as exc:
+        trends.notes.append(f"baseline directory {store.directory}: cannot list it ({exc})")
+        return trends
+    loaded: list[Baseline] = []
+    unreadable: list[str] = []
+    foreign: list[str] = []
+    for name in names:
+        try:
+            base = store.load(name)
+        except BaselineError:
+            unreadable.append(name)
+            continue
+        if machine is not None and machine.mismatches(base.machine):
+            foreign.append(name)
+            continue
+        loaded.append(base)
+    loaded.sort(key=lambda b: (b.created, _mtime_ns(b.path), b.name))  # created has one-second resolution
+    trends.baselines = [b.name for b in loaded]
+    if unreadable:
+        trends.notes.append(f"baselines that could not be read, left out of the trends: {', '.join(unreadable)}")
+    if foreign:
+        trends.notes.append(
+            f"baselines from another machine, left out of the trends (not comparable): {', '.join(foreign)}"
+        )
+    stamp = now or utc_now()
+    for r in rows:
+        nodeid, mode, key = str(r["nodeid"]), str(r["mode"]), str(r["key"])
+        points: list[TrendPoint] = []
+        saved_by_this_run = False
+        for base in loaded:
+            entry = base.entry(entry_key(nodeid, mode, key))
+            if entry is None:
+                continue
+            mine = session_id is not None and base.session == session_id
+            saved_by_this_run |= mine
+            label = f"{base.name} (this run)" if mine else base.name
+            points.append(TrendPoint(label, base.created, entry.summary.median, entry.summary.n, mine))
+        if len(points) < 2:
+            continue
+        if not saved_by_this_run and finite(r.get("median")):
+            points.append(TrendPoint("this run", stamp, float(r["median"]), int(r.get("n") or 0), True))
+        trends.points[(nodeid, mode, key)] = points
+    return trends
+
+
+def _mtime_ns(path: Path | None) -> int:
+    try:
+        return path.stat().st_mtime_ns if path is not None else 0
+    except OSError:
+        return 0
+
+
+# -- the JSON twin -------------------------------------------------------------------------------------
+def _jsonable(x: Any) -> Any:
+    """Plain JSON values: numpy scalars unwrapped, tuples as lists, non-finite floats as None."""
+    if isinstance(x, Mapping):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    if hasattr(x, "item") and not isinstance(x, (str, bytes)):
+        with contextlib.suppress(TypeError, ValueError):
+            x = x.item()
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if x is None or isinstance(x, (bool, int, float, str)):
+        return x
+    return str(x)
+
+
+def report_document(
+    rows: Sequence[Mapping[str, Any]],
+    *,
+    machine: Mapping[str, Any] | None = None,
+    trends: Trends | None = None,
+    notes: Sequence[str] = (),
+    created: str | None = None,
+) -> dict[str, Any]:
+    """The JSON twin of the report: the rows as the plugin made them, plus machine, trends and notes."""
+    return {
+        "format": FORMAT,
+        "version": VERSION,
+        "created": created or utc_now(),
+        "machine": _jsonable(dict(machine)) if machine else None,
+        "rows": _jsonable([dict(r) for r in rows]),
+        "trends": trends.to_list() if trends else [],
+        "notes": [*notes, *(trends.notes if trends else [])],
+    }

@@ -1,0 +1,271 @@
+"""plugin.concurrency: ``memmode_concurrency`` through pytest, without a GPU.
+
+The child processes here are real (``python -m pytest <nodeid>``) and really die of SIGSEGV/SIGBUS; devices
+come from the fake driver, installed at the driver boundary only, by a conftest in the pytester folder
+(concurrency_runs.fake_conftest), so the child process gets one too.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable
+
+import pytest
+
+from concurrency_runs import PLUGIN, outcomes
+
+pytestmark = pytest.mark.skipif(os.name != "posix", reason="child processes need POSIX process groups")
+
+
+@pytest.mark.parametrize(
+    ("marker", "needle"),
+    [
+        ('expect="sometimes"', "expect must be one of 'ok', 'fault', 'auto', got 'sometimes'"),
+        ("timeout=0", "timeout must be a positive number of seconds, got 0"),
+        ("timeout=-1.5", "timeout must be a positive number of seconds, got -1.5"),
+    ],
+)
+def test_bad_marker_fails_at_collection_naming_test_and_argument(
+    pytester: pytest.Pytester, marker: str, needle: str
+) -> None:
+    pytester.makepyfile(
+        test_bad=f"""
+        import pytest
+
+        @pytest.mark.memmode_concurrency({marker})
+        def test_wrong():
+            raise AssertionError("must never run")
+
+        def test_other():
+            pass
+        """
+    )
+    result = pytester.runpytest(*PLUGIN, "--collect-only")
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.stdout.fnmatch_lines([f"*test_bad.py::test_wrong: @pytest.mark.memmode_concurrency*{needle}*"])
+    assert "must never run" not in result.stdout.str()
+
+
+def test_marker_is_registered(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest(*PLUGIN, "--markers")
+    result.stdout.fnmatch_lines(["*@pytest.mark.memmode_concurrency(expect='ok', timeout=120)*"])
+
+
+# ----------------------------------------------------------------------------------------------------------
+# End to end: real children that really fault; the session goes on
+
+
+FAULTS = """
+import ctypes, os, signal, pytest
+
+@pytest.mark.memmode_concurrency(expect="ok")
+def test_segv_unexpected():
+    os.kill(os.getpid(), signal.SIGSEGV)
+
+@pytest.mark.memmode_concurrency(expect="fault")
+def test_segv_expected():
+    os.kill(os.getpid(), signal.SIGSEGV)
+
+@pytest.mark.memmode_concurrency(expect="fault", timeout=60)
+def test_sigbus_expected():
+    os.kill(os.getpid(), signal.SIGBUS)
+
+@pytest.mark.memmode_concurrency("fault")
+def test_null_write_expected():
+    ctypes.memset(0, 1, 8)  # a real invalid write: the kernel sends SIGSEGV
+
+@pytest.mark.memmode_concurrency
+def test_survives(tmp_path):
+    assert "PYTEST_JETMEM_CHILD_RESULT" not in os.environ  # a pytest started from here is no child
+    print("child output", tmp_path)
+
+def test_after_the_faults():
+    pass
+"""
+
+
+def test_faults_are_classified_and_the_session_goes_on(run_fake: Callable[..., pytest.RunResult]) -> None:
+    result = run_fake(FAULTS)
+    assert outcomes(result) == {
+        "test_segv_unexpected": "FAILED",
+        "test_segv_expected": "PASSED",
+        "test_sigbus_expected": "PASSED",
+        "test_null_write_expected": "PASSED",
+        "test_survives": "PASSED",
+        "test_after_the_faults": "PASSED",
+    }
+    text = result.stdout.str()
+    # the parent has no device; the child (a fake Orin) reported CONCURRENT_MANAGED_ACCESS=0
+    result.stdout.fnmatch_lines(
+        [
+            "*jetmem: GPU tests will be skipped: no CUDA device*",
+            "*memmode_concurrency(expect='ok'): the test must survive on this device; the child was killed by "
+            "SIGSEGV: on a device without concurrent managed access (CONCURRENT_MANAGED_ACCESS=0, e.g. Jetson)*",
+            "*Captured jetmem child stderr call*",
+            "*Fatal Python error: Segmentation fault*",
+        ]
+    )
+    assert re.search(r'test_it\.py", line \d+ in test_segv_unexpected', text)  # faulthandler, in the child
+
+
+CHILD_ENDINGS = """
+import os, time, pytest
+from pytest_jetmem.errors import CudaError
+
+@pytest.mark.memmode_concurrency(expect="fault")
+def test_fault_expected_but_passes():
+    pass
+
+@pytest.mark.memmode_concurrency
+def test_assertion():
+    x = 41
+    assert x + 1 == 43
+
+@pytest.mark.memmode_concurrency
+def test_cuda_error():
+    raise CudaError("cuStreamSynchronize", "CUDA_ERROR_ILLEGAL_ADDRESS", 700)
+
+@pytest.mark.memmode_concurrency(expect="fault")
+def test_skipped_in_child():
+    pytest.skip("nothing to do here")
+
+@pytest.mark.memmode_concurrency(timeout=1)
+def test_hangs():
+    time.sleep(600)
+
+@pytest.mark.memmode_concurrency
+@pytest.mark.xfail(reason="known bug", strict=True)
+def test_xfail_in_parent():
+    assert False
+"""
+
+
+def test_child_endings(run_fake: Callable[..., pytest.RunResult]) -> None:
+    result = run_fake(CHILD_ENDINGS, "-rs")
+    assert outcomes(result) == {
+        "test_fault_expected_but_passes": "FAILED",
+        "test_assertion": "FAILED",
+        "test_cuda_error": "FAILED",
+        "test_skipped_in_child": "SKIPPED",
+        "test_hangs": "FAILED",
+        "test_xfail_in_parent": "XFAIL",
+    }
+    result.assert_outcomes(failed=4, skipped=1, xfailed=1)
+    result.stdout.fnmatch_lines_random(
+        [
+            "*expect='fault'*expected the child to be killed by SIGSEGV or SIGBUS, but the test passed in it*",
+            "*the test failed in the child:*",
+            "*assert (41 + 1) == 43*",
+            "*the child failed with CUDA_ERROR_ILLEGAL_ADDRESS: *",
+            "*CudaError: cuStreamSynchronize failed: CUDA_ERROR_ILLEGAL_ADDRESS (700)",
+            "*(a sticky error: the CUDA context was unusable afterwards)",
+            "*the test was skipped in the child: nothing to do here*",
+            "*the child did not finish within 1 s*",
+        ]
+    )
+
+
+# ----------------------------------------------------------------------------------------------------------
+# expect="auto" against CONCURRENT_MANAGED_ACCESS 0 (Jetson Orin) and 1 (a discrete GPU), from the fake driver
+
+PLATFORM = """
+import os, signal, pytest
+
+def jetson_touch(jetmem):
+    # What Jetson's driver does to a CPU touch of managed memory while a kernel runs.
+    if jetmem.device.attr("CONCURRENT_MANAGED_ACCESS") == 0:
+        os.kill(os.getpid(), signal.SIGSEGV)
+
+@pytest.mark.memmode("managed")
+@pytest.mark.memmode_concurrency(expect="auto")
+def test_platform_rule(jetmem):
+    buf = jetmem.zeros(16)
+    jetson_touch(jetmem)
+    buf.host[:] = 1
+
+@pytest.mark.memmode("managed")
+@pytest.mark.memmode_concurrency(expect="auto")
+def test_never_faults(jetmem):
+    jetmem.zeros(16).host[:] = 1
+
+@pytest.mark.memmode("managed")
+@pytest.mark.memmode_concurrency(expect="auto")
+def test_always_faults(jetmem):
+    os.kill(os.getpid(), signal.SIGSEGV)
+"""
+
+
+def test_auto_on_jetson(run_fake: Callable[..., pytest.RunResult]) -> None:
+    result = run_fake(PLATFORM, child="orin")  # the parent has no device: the child reports the attribute
+    assert outcomes(result) == {
+        "test_platform_rule[managed]": "PASSED",
+        "test_never_faults[managed]": "FAILED",
+        "test_always_faults[managed]": "PASSED",
+    }
+    result.stdout.fnmatch_lines(["*jetmem: GPU tests will be skipped: no CUDA device*"])  # the parent's header
+    result.stdout.fnmatch_lines(
+        ["*(CONCURRENT_MANAGED_ACCESS=0 on this device, so the test must fault): expected the child to be killed*"]
+    )
+
+
+def test_auto_on_a_discrete_gpu(run_fake: Callable[..., pytest.RunResult]) -> None:
+    result = run_fake(PLATFORM, child="dgpu")
+    assert outcomes(result) == {
+        "test_platform_rule[managed]": "PASSED",
+        "test_never_faults[managed]": "PASSED",
+        "test_always_faults[managed]": "FAILED",
+    }
+    result.stdout.fnmatch_lines(
+        [
+            "*(CONCURRENT_MANAGED_ACCESS=1 on this device, so the test must not fault): the test must survive*"
+            "not the managed-memory concurrency rule*"
+        ]
+    )
+
+
+NEEDS_DEVICE = """
+import pytest
+
+@pytest.mark.memmode("managed")
+@pytest.mark.memmode_concurrency(expect="auto")
+def test_needs_a_device(jetmem):
+    raise AssertionError("never runs without a device")
+"""
+
+
+def test_auto_without_any_device_skips(run_fake: Callable[..., pytest.RunResult]) -> None:
+    result = run_fake(NEEDS_DEVICE, "-rs", child="no_device")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["*the test was skipped in the child: jetmem: no CUDA device*"])
+
+
+FORWARDED = """
+import pytest
+from pytest_jetmem.plugin import concurrency as plugin_concurrency
+
+@pytest.mark.memmode_concurrency
+def test_sees_the_options(request, from_plugin):
+    child = plugin_concurrency.concurrency_session(request.config).child
+    assert child.nodeid == request.node.nodeid and child.target is request.node  # the same nodeid as the parent's
+    assert request.config.getoption("jetmem_tegra_strict") is True
+    assert request.config.getoption("jetmem_modes") == "managed"
+    assert from_plugin == "loaded"
+"""
+
+LOCAL_PLUGIN = """
+import pytest
+
+@pytest.fixture
+def from_plugin():
+    return "loaded"
+"""
+
+
+def test_child_gets_the_options_and_plugins(
+    run_fake: Callable[..., pytest.RunResult], pytester: pytest.Pytester
+) -> None:
+    pytester.makepyfile(localplugin=LOCAL_PLUGIN)
+    pytester.syspathinsert()
+    result = run_fake(FORWARDED, "-p", "localplugin", "--jetmem-tegra-strict", "--jetmem-modes", "managed")
+    assert outcomes(result) == {"test_sees_the_options": "PASSED"}
