@@ -61,6 +61,11 @@ class CudaUnavailable(JetmemError):
         super().__init__(reason)
 
 
+class DeviceChoiceError(CudaUnavailable):
+    """``JETMEM_DEVICE`` names no device of this machine: a configuration mistake, so the plugin stops with a
+    usage error instead of skipping every GPU test."""
+
+
 class CompileError(JetmemError):
     """NVRTC rejected a kernel; the message holds the kernel name and the NVRTC log."""
 
@@ -104,3 +109,7 @@ class BaselineExists(BaselineError):
 
 class BaselineNotFound(BaselineError):
     """There is no baseline file of that name."""
+
+
+class DuetError(JetmemError):
+    """The other side of ``--jetmem-against`` stopped answering, or spoke out of turn."""

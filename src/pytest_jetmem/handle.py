@@ -57,7 +57,14 @@ class Jetmem(Workspace):
         ``scope="kernel"``: device time (CUDA events). ``scope="end_to_end"``: wall time of writing
         ``inputs`` (buffer, host array) from the host, ``fn()``, and reading ``outputs`` back, with the
         copies or synchronisation the mode needs. Runtime markers judge what this records.
+        A TypeError names a ``fn`` that cannot be called (``measure(k.launch(...))`` for ``measure(lambda: ...)``).
         """
+        if not callable(fn):
+            __tracebackhide__ = True  # the user's call is the line to show
+            raise TypeError(
+                f"{self.nodeid}: jetmem.measure expects a callable (the work to time), got {fn!r} "
+                f"({type(fn).__name__}); pass a function, e.g. jetmem.measure(lambda: kernel.launch(...))"
+            )
         m = timing.measure(
             self,
             fn,

@@ -49,6 +49,7 @@ from typing import Any
 import numpy as np
 
 from pytest_jetmem.cuda import driver as jdriver
+from pytest_jetmem.cuda.driver import ClockState
 from pytest_jetmem.errors import STICKY_ERRORS, CudaError, CudaUnavailable
 from pytest_jetmem.kernels.reference import coherence_pattern
 
@@ -363,6 +364,7 @@ class FakeDriver:
         device_name: str | None = None,
         total_mem: int | None = None,
         free_mem: int | None = None,
+        mem_info_shortfall: int = 0,
         driver_version: int | None = None,
         has_driver: bool = True,
         devices: int = 1,
@@ -371,6 +373,7 @@ class FakeDriver:
         kind_ms: dict[str, float] | None = None,
         backing_limit: int = 256 << 20,
         poison: int = 0xA5,
+        clocks: tuple[int, int, tuple[str, ...]] | None = None,
     ) -> None:
         if isinstance(profile, str):
             if profile in UNAVAILABLE:
@@ -390,11 +393,15 @@ class FakeDriver:
         self.device_name_str = device_name or profile.device_name
         self.total_mem = profile.total_mem if total_mem is None else total_mem
         self.free_mem = int(self.total_mem * 0.8) if free_mem is None else free_mem
+        # cuMemGetInfo reports this much less than can be allocated (Tegra: it leaves out swap and reclaimable memory)
+        self.mem_info_shortfall = mem_info_shortfall
         self.version = profile.driver_version if driver_version is None else driver_version
         self.has_driver = has_driver
         self.devices = devices
         self.has_nvrtc = has_nvrtc
         self.kernel_ms = kernel_ms
+        # NVML's view (SM MHz, max SM MHz, slowdown reasons); None: no NVML, as on a Jetson
+        self.clocks = clocks
         unknown_kinds = sorted(set(kind_ms or {}) - {"device", "managed", "host"})
         if unknown_kinds:
             raise ValueError(f"kind_ms: unknown allocation kind(s) {unknown_kinds}; expected device, managed, host")
@@ -673,6 +680,9 @@ class FakeDriver:
         self._enter("cuDeviceGetCount", ctx=False)
         return self.devices
 
+    def clock_state(self, dev: Any) -> ClockState | None:
+        return None if self.clocks is None else ClockState(*self.clocks)
+
     def device_get(self, ordinal: int) -> FakeHandle:
         self._enter("cuDeviceGet", ordinal, ctx=False)
         self._int("cuDeviceGet", ordinal, "the ordinal")
@@ -744,7 +754,7 @@ class FakeDriver:
     # -- memory -------------------------------------------------------------------------------------
     def mem_get_info(self) -> tuple[int, int]:
         self._enter("cuMemGetInfo")
-        return self._free(), self.total_mem
+        return max(self._free() - self.mem_info_shortfall, 0), self.total_mem
 
     def mem_alloc(self, nbytes: int) -> int:
         self._enter("cuMemAlloc", nbytes)

@@ -21,3 +21,14 @@ def gpu_results():
     target = os.environ.get("JETMEM_RESULTS")
     if target and results:
         Path(target).write_text(json.dumps(results, indent=2, sort_keys=True))
+
+
+@pytest.fixture(autouse=True)
+def _skip_without_gpu(request):
+    """GPU tests need a GPU: skip them at once where there is none, rather than have the no-GPU half check
+    their kernels (its own tests are in tests/unit/test_plugin_nogpu.py)."""
+    from pytest_jetmem.plugin.sessions import device_session
+
+    avail = device_session(request.config).availability()
+    if not avail.ok:
+        pytest.skip(f"jetmem: {avail.reason}")

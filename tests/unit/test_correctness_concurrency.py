@@ -74,7 +74,7 @@ def test_parse_marker_rejects(kwargs: dict, args: tuple, needle: str) -> None:
 
 PASSED, FAULT = child_result(Outcome.PASSED), child_result(Outcome.FAULT)
 FAILED = child_result(Outcome.FAILED, message="assert 1 == 2")
-SIGBUS = child_result(Outcome.FAULT, returncode=-7, signal_name="SIGBUS")
+SIGBUS = child_result(Outcome.SIGNAL, returncode=-7, signal_name="SIGBUS")  # a fault of an undocumented kind
 CUDA = child_result(Outcome.CUDA_ERROR, cuda_error_name="CUDA_ERROR_ILLEGAL_ADDRESS", message="sync failed")
 TIMEOUT = child_result(Outcome.TIMEOUT, message="the child did not finish within 1 s")
 ABORT = child_result(Outcome.SIGNAL, returncode=-6, signal_name="SIGABRT")
@@ -94,7 +94,7 @@ CRASHED = child_result(Outcome.CRASHED, message="the child exited with status 4 
         ("ok", ABORT, 1, "failed"),
         ("ok", CRASHED, 1, "failed"),
         ("fault", FAULT, 0, "passed"),
-        ("fault", SIGBUS, 0, "passed"),
+        ("fault", SIGBUS, 0, "failed"),  # only SIGSEGV is the documented fault
         ("fault", FAULT, None, "passed"),
         ("fault", FAULT, 1, "passed"),  # the test says so: it faults on purpose
         ("fault", PASSED, 1, "failed"),
@@ -104,7 +104,7 @@ CRASHED = child_result(Outcome.CRASHED, message="the child exited with status 4 
         ("fault", TIMEOUT, 0, "failed"),
         # auto: fault exactly where CONCURRENT_MANAGED_ACCESS is 0
         ("auto", FAULT, 0, "passed"),
-        ("auto", SIGBUS, 0, "passed"),
+        ("auto", SIGBUS, 0, "failed"),
         ("auto", PASSED, 0, "failed"),
         ("auto", FAILED, 0, "failed"),
         ("auto", PASSED, 1, "passed"),
@@ -129,7 +129,7 @@ def test_judge_messages() -> None:
     assert "assert 1 == 2" in judge("ok", FAILED, 1).message
     assert "CUDA_ERROR_ILLEGAL_ADDRESS: sync failed" in judge("ok", CUDA, 1).message
     text = judge("fault", PASSED, 1).message
-    assert "expected the child to be killed by SIGSEGV or SIGBUS, but the test passed" in text
+    assert "expected the child to be killed by SIGSEGV (the documented fault), but the test passed" in text
     assert "CONCURRENT_MANAGED_ACCESS=1" in text
     assert "got failed" in judge("fault", FAILED, 0).message
     text = judge("auto", PASSED, 0).message
@@ -137,7 +137,9 @@ def test_judge_messages() -> None:
     text = judge("auto", FAULT, 1).message
     assert "CONCURRENT_MANAGED_ACCESS=1 on this device, so the test must not fault" in text
     assert "cannot decide" in judge("auto", PASSED, None).message
-    assert "faulted as expected" in judge("auto", SIGBUS, 0).message
+    text = judge("auto", SIGBUS, 0).message
+    assert "expected the documented fault (SIGSEGV), got signal" in text
+    assert "killed by SIGBUS, a fault of an undocumented kind" in text
 
 
 def test_judge_skipped_child_skips() -> None:

@@ -92,7 +92,7 @@ def wait_gone(pid: int, within_s: float = 5.0) -> bool:
 
 @pytest.mark.parametrize(
     ("signame", "outcome"),
-    [("SIGSEGV", Outcome.FAULT), ("SIGBUS", Outcome.FAULT), ("SIGABRT", Outcome.SIGNAL)],
+    [("SIGSEGV", Outcome.FAULT), ("SIGBUS", Outcome.SIGNAL), ("SIGABRT", Outcome.SIGNAL)],
 )
 def test_killed_by_signal(signame: str, outcome: Outcome) -> None:
     r = run_py(f"import os, signal; os.kill(os.getpid(), signal.{signame})")
@@ -291,9 +291,10 @@ C = {"outcome": "failed", "message": "boom", "cuda_error": "CUDA_ERROR_ILLEGAL_A
         (1, C, False, Outcome.CUDA_ERROR),
         (0, C, False, Outcome.CUDA_ERROR),
         (-signal.SIGSEGV, None, False, Outcome.FAULT),
-        (-signal.SIGBUS, None, False, Outcome.FAULT),
+        (-signal.SIGBUS, None, False, Outcome.SIGNAL),  # only SIGSEGV is documented
         (-signal.SIGSEGV, P, False, Outcome.FAULT),  # the signal wins over what was written
-        (-signal.SIGBUS, C, False, Outcome.FAULT),
+        (-signal.SIGBUS, C, False, Outcome.SIGNAL),
+        (-signal.SIGILL, None, False, Outcome.SIGNAL),
         (-signal.SIGABRT, None, False, Outcome.SIGNAL),
         (-signal.SIGKILL, P, False, Outcome.SIGNAL),
         (-signal.SIGTERM, None, True, Outcome.TIMEOUT),
@@ -340,9 +341,11 @@ def test_explain_fault_on_jetson() -> None:
     assert "    line 2" in text  # stderr tail
 
 
-def test_explain_fault_sigbus_on_jetson() -> None:
-    r = child_result(Outcome.FAULT, returncode=-7, signal_name="SIGBUS")
-    assert explain(r, 0).startswith("the child was killed by SIGBUS: on a device without concurrent")
+def test_explain_sigbus_is_a_fault_of_an_undocumented_kind() -> None:
+    r = child_result(Outcome.SIGNAL, returncode=-7, signal_name="SIGBUS")
+    text = explain(r, 0)
+    assert text.startswith("the child was killed by SIGBUS, a fault of an undocumented kind: NVIDIA documents")
+    assert "as a segmentation fault (SIGSEGV) only" in text and "report it" in text
 
 
 def test_explain_fault_with_concurrent_access() -> None:

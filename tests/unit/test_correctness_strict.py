@@ -1,7 +1,7 @@
 """correctness.strict: Tegra-strict bookkeeping on a real handle over the fake driver, ``--jetmem-tegra-strict``
 through pytest and in ``memmode_concurrency`` children.
 
-The child processes here are real (``python -m pytest <nodeid>``) and really die of SIGSEGV/SIGBUS; devices
+The child processes here are real (``python -m pytest <nodeid>``) and really die of SIGSEGV; devices
 come from the fake driver, installed at the driver boundary only, by a conftest in the pytester folder
 (concurrency_runs.fake_conftest), so the child process gets one too.
 """
@@ -39,7 +39,7 @@ def test_enable_is_idempotent(jm: Jetmem) -> None:
 
 
 def test_busy_after_launch_idle_after_synchronize(jm: Jetmem, tracker: TegraStrict) -> None:
-    buf = jm.zeros(16)
+    buf = jm.empty(16)
     tracker.check_host_access(buf)  # nothing launched yet
     tracker.launched(jm.stream)
     tracker.launched()  # None: the handle's own stream
@@ -50,7 +50,9 @@ def test_busy_after_launch_idle_after_synchronize(jm: Jetmem, tracker: TegraStri
     assert text.startswith("test_concurrency.py::strict: Tegra-strict: host view (Buffer.host) of managed <Buffer")
     assert f"stream 0x{jm.stream_handle:x} (2 kernels)" in text
     assert "attached globally (CU_MEM_ATTACH_GLOBAL)" in text
-    assert "SIGSEGV or SIGBUS" in text and "jetmem.synchronize()" in text and "jetmem.attach_host(buf)" in text
+    assert (
+        "segmentation fault (SIGSEGV)" in text and "jetmem.synchronize()" in text and "jetmem.attach_host(buf)" in text
+    )
     assert tracker.violations == 1
     tracker.synchronized()
     assert not tracker.busy
@@ -58,16 +60,16 @@ def test_busy_after_launch_idle_after_synchronize(jm: Jetmem, tracker: TegraStri
 
 
 def test_only_managed_memory_is_checked(jm: Jetmem, tracker: TegraStrict) -> None:
-    pinned = jm.zeros(16, mode="zero_copy")
-    dev = jm.zeros(16, mode="device")
+    pinned = jm.empty(16, mode="zero_copy")
+    dev = jm.empty(16, mode="device")
     tracker.launched()
     tracker.check_host_access(pinned)
     tracker.check_host_access(dev)
-    assert tracker.blocking_streams(jm.zeros(16)) == {jm.stream_handle}
+    assert tracker.blocking_streams(jm.empty(16)) == {jm.stream_handle}
 
 
 def test_host_attached_buffers_are_exempt(jm: Jetmem, tracker: TegraStrict, fake: FakeDriver) -> None:
-    buf = jm.zeros(16)
+    buf = jm.empty(16)
     attach.attach_host(jm, buf)
     assert fake.allocation_at(buf.ptr).attach == MEM_ATTACH_HOST
     assert fake.calls[-2].api == "cuStreamAttachMemAsync" and fake.calls[-1].api == "cuStreamSynchronize"
@@ -83,7 +85,7 @@ def test_host_attached_buffers_are_exempt(jm: Jetmem, tracker: TegraStrict, fake
 
 def test_single_stream_attachment(jm: Jetmem, tracker: TegraStrict, fake: FakeDriver) -> None:
     other = fake.stream_create()
-    own, mine = jm.zeros(16), jm.zeros(16)
+    own, mine = jm.empty(16), jm.empty(16)
     attach.attach_single(jm, mine, other)
     assert fake.allocation_at(mine.ptr).attach == MEM_ATTACH_SINGLE
     tracker.launched(jm.stream)  # work on jetmem's stream does not hold a buffer attached to another one
@@ -99,7 +101,7 @@ def test_single_stream_attachment(jm: Jetmem, tracker: TegraStrict, fake: FakeDr
 
 
 def test_pending_attachment_takes_effect_at_synchronize(jm: Jetmem, tracker: TegraStrict) -> None:
-    buf = jm.zeros(16)
+    buf = jm.empty(16)
     tracker.launched()
     attach.attach_host(jm, buf, wait=False)  # queued behind the kernel: not in effect yet
     assert tracker.pending_attachment(buf) == Attachment(MEM_ATTACH_HOST)
@@ -115,6 +117,69 @@ def test_pending_attachment_takes_effect_at_synchronize(jm: Jetmem, tracker: Teg
         tracker.check_host_access(buf)
     tracker.synchronized_all()
     assert tracker.attachment(buf) == Attachment(MEM_ATTACH_GLOBAL) and not tracker.busy
+
+
+# -- memsets and copies are GPU work too; memory allocated while the GPU is busy is unspecified ---------------
+
+
+def test_zeros_fill_bytes_and_copy_make_the_stream_busy(jm: Jetmem, tracker: TegraStrict) -> None:
+    a = jm.zeros(16)  # cuMemsetD8Async on jetmem's stream
+    assert tracker.busy_streams == {jm.stream_handle: 1} and tracker.launches == 0
+    with pytest.raises(TegraStrictError) as err:
+        _ = a.host
+    assert f"stream 0x{jm.stream_handle:x} (1 memset)" in str(err.value)
+    assert "kernels, memsets and copies alike" in str(err.value)
+    jm.synchronize()
+    a.host[0] = 1.0
+    b = jm.empty(16)
+    b.fill_bytes(0xFF)
+    jm.copy(a, b)
+    with pytest.raises(TegraStrictError, match=r"\(1 copy, 1 memset\)"):
+        _ = b.host
+    jm.synchronize()
+    assert b.host.view(np.uint32)[0] == 0xFFFFFFFF and a.host.view(np.uint32)[0] == 0xFFFFFFFF
+
+
+def test_kernels_memsets_and_copies_are_counted_apart(jm: Jetmem, tracker: TegraStrict) -> None:
+    a, b = jm.empty(16), jm.empty(16)
+    jm.copy(a, b)
+    jm.copy(b, a)
+    tracker.launched()
+    with pytest.raises(TegraStrictError, match=r"\(1 kernel, 2 copies\)"):
+        tracker.check_host_access(a)
+
+
+def test_managed_memory_allocated_while_busy_is_held_until_synchronized(
+    jm: Jetmem, tracker: TegraStrict, fake: FakeDriver
+) -> None:
+    other = fake.stream_create()
+    tracker.launched(other)  # work in flight on another stream
+    fresh = jm.empty(16)
+    assert tracker.allocated_while_busy(fresh) == {int(other)}
+    attach.attach_host(jm, fresh)  # in effect (jetmem's stream synchronized), but the other stream was not
+    with pytest.raises(TegraStrictError) as err:
+        _ = fresh.host
+    text = str(err.value)
+    assert "attached to the host (CU_MEM_ATTACH_HOST)" in text
+    assert f"allocated while work queued through jetmem was in flight on stream 0x{int(other):x}" in text
+    assert "unspecified until the GPU is synchronized" in text and "jetmem.synchronize()" in text
+    tracker.synchronized(other)
+    assert tracker.allocated_while_busy(fresh) == set()
+    fresh.host[0] = 1.0
+    fake.stream_destroy(other)
+
+
+def test_allocation_while_idle_and_other_modes_are_not_held(jm: Jetmem, tracker: TegraStrict) -> None:
+    calm = jm.empty(16)
+    tracker.launched()
+    pinned, dev = jm.empty(16, mode="zero_copy"), jm.empty(16, mode="device")
+    assert tracker.allocated_while_busy(calm) == set()
+    assert tracker.allocated_while_busy(pinned) == set() and tracker.allocated_while_busy(dev) == set()
+    tracker.check_host_access(pinned)
+    late = jm.empty(16)
+    tracker.synchronized_all()
+    assert tracker.allocated_while_busy(late) == set()
+    tracker.check_host_access(late)
 
 
 # -- through the handle's hooks (handle.py calls the tracker: Kernel.launch, Buffer.host, synchronize) -------

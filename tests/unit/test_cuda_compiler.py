@@ -452,3 +452,12 @@ def test_name_declared_only_in_a_comment_is_a_compile_error() -> None:
     src = C_SRC + "// __global__ void ghost(int* x)\n"
     with pytest.raises(CompileError, match="'ghost'"):
         compile_kernel(src, "ghost", "sm_87", drv=DRV)
+
+
+def test_an_arch_nvrtc_13_dropped_names_the_cu12_extra() -> None:
+    """Issue 11: sm_72 (Xavier) under NVRTC 13 says that CUDA 12's NVRTC, the cu12 extra, compiles it."""
+    backend = driver.CudaDriver()
+    if backend.nvrtc_version() < (13, 0):
+        pytest.skip("needs NVRTC 13 (this one compiles sm_72)")
+    with pytest.raises(CompileError, match=r"CUDA 12's NVRTC does: install pytest-jetmem\[cu12\]"):
+        compile_kernel('extern "C" __global__ void k() {}', "k", "sm_72", drv=backend)

@@ -71,15 +71,26 @@ def test_open_device_uses_the_xdist_worker_number(
     ("value", "reason"),
     [("abc", "JETMEM_DEVICE='abc': expected a device ordinal"), ("5", "no CUDA device 5: only 1 device(s) present")],
 )
-def test_bad_jetmem_device_skips_gpu_tests_with_the_reason(
+def test_bad_jetmem_device_is_a_usage_error_with_the_reason(
     pytester: pytest.Pytester, fake_driver: FakeDriver, monkeypatch: pytest.MonkeyPatch, value: str, reason: str
 ) -> None:
+    """A configuration mistake stops the run (exit 4) instead of a green run of skips (issue 11)."""
     monkeypatch.setenv("JETMEM_DEVICE", value)
     pytester.makepyfile(test_d=inner('@pytest.mark.memmode("device")\ndef test_x(jetmem):\n    pass\n'))
     result = pytester.runpytest("-rs")
-    result.assert_outcomes(skipped=1)
-    result.stdout.fnmatch_lines([f"SKIPPED *jetmem: {reason}*"])
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"ERROR: *{reason}*"])
     assert fake_driver.count("cuDevicePrimaryCtxRetain") == 0
+
+
+def test_bad_jetmem_device_is_refused_before_the_driver_is_asked(install_fake_driver: InstallFake) -> None:
+    fake = install_fake_driver("no_driver")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("JETMEM_DEVICE", "gpu0")
+        avail = open_device(fake)
+    assert (avail.ok, avail.misconfigured) == (False, True)
+    assert avail.reason == "JETMEM_DEVICE='gpu0': expected a device ordinal >= 0"
+    assert fake.calls == []
 
 
 # -- where GPU tests cannot run -------------------------------------------------------------------------

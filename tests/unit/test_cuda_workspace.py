@@ -9,12 +9,21 @@ device lazily and so talks to the fake; afterwards the test inspects what the fa
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
 from fakes.fake_driver import FakeDriver, error_code
 from memmode_runs import MODES, InstallFake, results
+from pytest_jetmem.cuda.buffer import Buffer
+from pytest_jetmem.cuda.compiler import KernelCache
+from pytest_jetmem.cuda.device import open_device
+from pytest_jetmem.cuda.session import CudaSession
+from pytest_jetmem.cuda.workspace import COPY, KERNEL, MEMSET, Workspace
+from pytest_jetmem.errors import AllocationRefused
 
 
 # -- teardown ---------------------------------------------------------------------------------------------
@@ -79,7 +88,7 @@ def test_teardown_error_names_the_cuda_error(pytester: pytest.Pytester, fake_dri
 def test_allocation_larger_than_free_memory_is_refused_before_the_driver(
     pytester: pytest.Pytester, install_fake_driver: InstallFake
 ) -> None:
-    fake = install_fake_driver("orin", free_mem=1 << 20)
+    fake = install_fake_driver("dgpu", free_mem=1 << 20)
     pytester.makepyfile(
         """
         import numpy as np
@@ -101,6 +110,143 @@ def test_allocation_larger_than_free_memory_is_refused_before_the_driver(
     sizes = [c.args[0] for c in fake.calls if c.api in ("cuMemAlloc", "cuMemAllocManaged")]
     assert sizes == [4000, 4000]
     assert fake.live == {}
+
+
+@pytest.fixture
+def open_ws(install_fake_driver: InstallFake, tmp_path: Path) -> Iterator[Callable[..., Workspace]]:
+    """``open_ws(profile, mode, **fake_options)``: a real Workspace over a fake of that profile."""
+    opened: list[tuple[Workspace, CudaSession]] = []
+
+    def make(profile: str, mode: str, **options: Any) -> Workspace:
+        install_fake_driver(profile, **options)
+        avail = open_device()
+        assert avail.ok and avail.device is not None, avail.reason
+        session = CudaSession(avail.device, KernelCache(tmp_path / "kernels"))
+        ws = Workspace(session, mode, "test_ws.py::t")
+        opened.append((ws, session))
+        return ws
+
+    yield make
+    for ws, session in opened:
+        ws.close()
+        session.close()
+
+
+# A Jetson's /proc/meminfo (8 GiB board): cuMemGetInfo would say about MemFree, the app note allows more.
+_GIB, _MIB = 1 << 30, 1 << 20
+ORIN_MEMINFO = f"""\
+MemTotal:        {8 * _GIB // 1024} kB
+MemFree:         {1 * _GIB // 1024} kB
+MemAvailable:    {2 * _GIB // 1024} kB
+SwapTotal:       {4 * _GIB // 1024} kB
+SwapFree:        {4 * _GIB // 1024} kB
+NvMapMemUsed:    {_GIB // 2 // 1024} kB
+"""
+
+
+def _sysroot(tmp_path: Path, meminfo: str) -> Path:
+    root = tmp_path / "sysroot"
+    (root / "proc").mkdir(parents=True)
+    (root / "proc/meminfo").write_text(meminfo)
+    return root
+
+
+@pytest.mark.parametrize("mode", ["device", "managed", "zero_copy"])
+def test_integrated_gpu_allocates_what_the_app_note_allows_beyond_cumemgetinfo(
+    open_ws: Callable[..., Workspace], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str
+) -> None:
+    # cuMemGetInfo reports 1 MiB free; the note's estimate (8 GiB - (6.5 GiB host - 4 GiB swap) = 5.5 GiB) allows 64 MiB
+    monkeypatch.setenv("JETMEM_SYSROOT", str(_sysroot(tmp_path, ORIN_MEMINFO)))
+    ws = open_ws("orin", mode, free_mem=128 * _MIB, mem_info_shortfall=127 * _MIB)
+    assert ws.session.device.free_memory() == 1 * _MIB
+    limit, where = ws.allocatable(ws._mode)
+    assert limit == 8 * _GIB - (8 * _GIB - 1 * _GIB - _GIB // 2 - 4 * _GIB)
+    assert "CUDA for Tegra app note's estimate" in where
+    assert ws.empty(64 * _MIB, np.uint8).nbytes == 64 * _MIB
+
+
+def test_integrated_gpu_refuses_past_the_estimate_and_says_why(
+    open_ws: Callable[..., Workspace], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("JETMEM_SYSROOT", str(_sysroot(tmp_path, ORIN_MEMINFO)))
+    ws = open_ws("orin", "managed", free_mem=128 * _MIB, mem_info_shortfall=127 * _MIB)
+    with pytest.raises(AllocationRefused) as info:
+        ws.empty(6 * _GIB, np.uint8)
+    text = str(info.value)
+    assert text.startswith(f"test_ws.py::t: refused to allocate {6 * _GIB} bytes of managed memory: only ")
+    assert "integrated GPU sharing system memory" in text and "Allocate less" in text
+    assert "hang" not in text  # no unsourced rationale
+
+
+def test_integrated_gpu_without_meminfo_leaves_the_decision_to_the_driver(
+    open_ws: Callable[..., Workspace], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("JETMEM_SYSROOT", str(tmp_path / "empty"))  # a container without /proc/meminfo
+    ws = open_ws("orin", "device", free_mem=8 * _MIB, mem_info_shortfall=7 * _MIB)
+    assert ws.allocatable(ws._mode) == (None, "meminfo unreadable")
+    assert ws.empty(4 * _MIB, np.uint8).nbytes == 4 * _MIB  # cuMemGetInfo said 1 MiB: not refused on that alone
+
+
+def test_discrete_gpu_still_refuses_on_cumemgetinfo(open_ws: Callable[..., Workspace]) -> None:
+    ws = open_ws("dgpu", "device", free_mem=8 * _MIB)
+    with pytest.raises(AllocationRefused, match="device memory free, cuMemGetInfo"):
+        ws.empty(16 * _MIB, np.uint8)
+
+
+# -- observers: every piece of GPU work and every allocation is told ------------------------------------------
+class Recorder:
+    """A WorkObserver that writes down what it is told."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, Any]] = []
+
+    def allocated(self, buf: Buffer) -> None:
+        self.events.append(("allocated", buf.nbytes))
+
+    def queued(self, stream: Any, what: str) -> None:
+        self.events.append(("queued", what))
+
+    def synchronized(self, stream: Any = None) -> None:
+        self.events.append(("synchronized", None))
+
+    def attached(self, buf: Buffer, attachment: Any, queued_on: Any = None, *, pending: bool = False) -> None:
+        self.events.append(("attached", pending))
+
+    def check_host_access(self, buf: Buffer) -> None:
+        self.events.append(("host", buf.nbytes))
+
+
+def test_observers_are_told_of_allocations_memsets_copies_and_launches(open_ws: Callable[..., Workspace]) -> None:
+    ws = open_ws("dgpu", "managed")
+    rec = Recorder()
+    ws.add_observer(rec)
+    a = ws.zeros(16, np.uint8)  # allocation, then a memset on the stream
+    b = ws.empty(16, np.uint8)
+    b.fill_bytes(0xFF)
+    ws.copy(a, b)
+    ws.kernel("stream_fill").launch(1, 32, (a, np.uint64(4), np.float32(1)))
+    ws.empty(0, np.uint8).fill_bytes(1)  # nothing to set: no work queued
+    assert rec.events == [
+        ("allocated", 16),
+        ("queued", MEMSET),
+        ("allocated", 16),
+        ("queued", MEMSET),
+        ("queued", COPY),
+        ("queued", KERNEL),
+        ("allocated", 0),
+    ]
+
+
+def test_a_failed_memset_is_not_reported_as_queued(open_ws: Callable[..., Workspace]) -> None:
+    ws = open_ws("dgpu", "managed")
+    rec = Recorder()
+    ws.add_observer(rec)
+    buf = ws.empty(16, np.uint8)
+    fake = ws.drv
+    fake.inject("cuMemsetD8Async", "CUDA_ERROR_INVALID_VALUE")
+    with pytest.raises(Exception, match="CUDA_ERROR_INVALID_VALUE"):
+        ws.memset(buf, 0)
+    assert rec.events == [("allocated", 16)]
 
 
 @pytest.mark.parametrize(

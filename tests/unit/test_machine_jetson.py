@@ -14,7 +14,9 @@ from pytest_jetmem.machine.jetson import (
     JetsonState,
     _clocks_locked,
     _parse_nvpmodel_conf,
+    for_device,
     read_jetson_state,
+    read_jetson_state_for,
     timing_warnings,
 )
 
@@ -607,3 +609,42 @@ def test_chip_names_cover_the_documented_ids() -> None:
     assert CHIP_NAMES[0x19] == "tegra194"
     assert CHIP_NAMES[0x18] == "tegra186"
     assert CHIP_NAMES[0x21] == "tegra210"
+
+
+# --------------------------------------------------------------------------- Orin on R39, containers, which GPU
+
+ORIN_R39 = DATA / "orin_agx_r39"  # the R36 tree with the R39 release line and the bwmgr devfreq node added
+CONTAINER = DATA / "orin_container"  # the R39 tree as an l4t container sees it without bind mounts
+
+
+def test_orin_r39_reads_the_emc_clock_from_bwmgr() -> None:
+    s = read_jetson_state(ORIN_R39)
+    assert s.l4t_release == "R39.2.0" and s.chip == "tegra234"
+    assert s.emc_freq_hz == 3199000000
+    assert s.gpu_devfreq_node == "17000000.gpu"  # the bwmgr node is no GPU
+
+
+def test_bwmgr_read_under_devices_platform_without_the_class_link(tmp_path: Path) -> None:
+    root = copy_tree(ORIN_R39, tmp_path)
+    remove(root, "sys/class/devfreq/bwmgr")
+    assert read_jetson_state(root).emc_freq_hz == 3199000000
+    remove(root, "sys/devices/platform/bwmgr")
+    assert read_jetson_state(root).emc_freq_hz is None  # Orin before R39 without root: not readable
+
+
+def test_container_without_bind_mounts_leaves_the_missing_facts_unknown() -> None:
+    s = read_jetson_state(CONTAINER)
+    assert s.is_jetson and s.l4t_release == "R39.2.0" and s.chip == "tegra234"
+    assert s.model is None  # /proc/device-tree is not there
+    assert (s.nvpmodel_id, s.nvpmodel_name, s.nvpmodel_default_id) == (None, None, None)
+    assert s.nvpmodel_gpu_max_freq_hz is None  # no guess from the chip's highest frequency
+    assert s.gpu_cur_freq_hz == 306000000 and s.emc_freq_hz == 3199000000  # sysfs is visible
+
+
+@pytest.mark.parametrize("integrated", [False, None])
+def test_state_only_for_the_integrated_gpu(integrated: bool | None) -> None:
+    full = read_jetson_state(ORIN)
+    assert for_device(full, True) is full
+    assert for_device(full, integrated) == JetsonState()
+    assert read_jetson_state_for(integrated, ORIN) == JetsonState()
+    assert read_jetson_state_for(True, ORIN) == full

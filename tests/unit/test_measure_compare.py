@@ -10,7 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pytest_jetmem.measure.compare import Comparison, Verdict, compare, compare_runs
+from pytest_jetmem.measure.compare import Comparison, Verdict, compare, compare_paired, compare_runs, compare_sessions
+from pytest_jetmem.measure.stats import paired_log_test
 
 
 def lognormal_pair(
@@ -238,3 +239,82 @@ def test_compare_runs_describes_run_counts_and_validates() -> None:
     assert cmp.describe().endswith("over 3 vs 5 runs > 5% threshold: REGRESSION")
     with pytest.raises(ValueError, match="at least one run"):
         compare_runs([], [[1.0]], 5.0)
+
+
+# -- sessions as the unit of noise, and paired rounds (issue 9) ------------------------------------------------
+def session_samples(rng: np.random.Generator, shift: float, session_sd: float, n: int = 30) -> list[float]:
+    """One session: a session-wide offset (allocation placement, clocks) times 0.5% sample noise."""
+    offset = rng.lognormal(0.0, session_sd)
+    return list(0.3 * (1.0 + shift) * offset * rng.lognormal(0.0, 0.005, n))
+
+
+def test_sessions_carry_the_noise_a_single_session_cannot_know() -> None:
+    rng = np.random.default_rng(7)
+    alarms_one = alarms_five = 0
+    for _ in range(200):  # A/A with 3% noise between sessions and 0.5% within
+        sessions = [[session_samples(rng, 0.0, 0.03)] for _ in range(5)]
+        current = [session_samples(rng, 0.0, 0.03)]
+        alarms_one += compare_sessions(sessions[:1], current, 5, min_sessions=1).verdict is Verdict.REGRESSION
+        alarms_five += compare_sessions(sessions, current, 5).verdict is Verdict.REGRESSION
+    assert alarms_one > 10  # within-session statistics call the session offsets regressions
+    assert alarms_five <= 2  # the spread between sessions is in the interval
+
+
+def test_five_sessions_catch_a_10pct_slowdown_past_session_noise() -> None:
+    rng = np.random.default_rng(8)
+    caught = sum(
+        compare_sessions(
+            [[session_samples(rng, 0.0, 0.01)] for _ in range(5)], [session_samples(rng, 0.10, 0.01)], 5
+        ).verdict
+        is Verdict.REGRESSION
+        for _ in range(100)
+    )
+    assert caught >= 95
+
+
+def test_too_few_sessions_is_ambiguous_and_says_how_many_to_append() -> None:
+    rng = np.random.default_rng(9)
+    c = compare_sessions([[session_samples(rng, 0.0, 0.0)]] * 2, [session_samples(rng, 0.2, 0.0)], 5)
+    assert c.verdict is Verdict.AMBIGUOUS
+    assert c.reason == (
+        "the baseline holds 2 sessions; the noise between sessions is known from 3: append 1 more session to it "
+        "(--jetmem-save on the branch it gates)"
+    )
+    same = compare_sessions([[session_samples(rng, 0.0, 0.0)]], [session_samples(rng, 0.0, 0.0)], 5)
+    assert same.verdict is Verdict.UNCHANGED and same.reason == ""
+
+
+def rounds(rng: np.random.Generator, shift: float, drift: np.ndarray) -> list[list[float]]:
+    return [list(0.3 * (1.0 + shift) * d * rng.lognormal(0.0, 0.003, 3)) for d in drift]
+
+
+def test_paired_rounds_cancel_drift_and_catch_3pct() -> None:
+    rng = np.random.default_rng(10)
+    alarms = caught = 0
+    for _ in range(200):
+        drift = np.exp(np.cumsum(rng.normal(0.0, 0.02, 12)))  # clocks wander by far more than 3%
+        alarms += compare_paired([rounds(rng, 0.0, drift)], [rounds(rng, 0.0, drift)], 2).verdict is Verdict.REGRESSION
+        caught += compare_paired([rounds(rng, 0.0, drift)], [rounds(rng, 0.03, drift)], 2).verdict is Verdict.REGRESSION
+    assert alarms == 0
+    assert caught >= 190
+    unpaired = compare(
+        [v for r in rounds(rng, 0.0, drift) for v in r], [v for r in rounds(rng, 0.03, drift[::-1]) for v in r], 2
+    )
+    assert unpaired.verdict is not Verdict.REGRESSION or unpaired.ratio > 1.02  # what pairing is for
+
+
+def test_paired_runs_are_the_units_when_there_are_several() -> None:
+    rng = np.random.default_rng(11)
+    drift = np.ones(8)
+    base = [rounds(rng, 0.0, drift) for _ in range(3)]
+    change = [rounds(rng, 0.08, drift) for _ in range(3)]
+    c = compare_paired(base, change, 5)
+    assert (c.unit, c.n_current, c.verdict) == ("runs", 3, Verdict.REGRESSION)
+    with pytest.raises(ValueError, match="the same runs on both sides, got 3 and 2"):
+        compare_paired(base, change[:2], 5)
+
+
+def test_paired_log_test_with_one_value_calls_nothing() -> None:
+    assert paired_log_test([0.1]) == pytest.approx((math.exp(0.1), 0.0, math.inf, 1.0))
+    ratio, low, high, p = paired_log_test(np.log([1.05, 1.06, 1.04, 1.05]))
+    assert low < ratio < high and p < 0.01

@@ -458,3 +458,26 @@ def test_xdist_save_appends_one_session_for_all_workers(pytester: pytest.Pyteste
     assert doc["session"] != first and len(doc["entries"]) == 3
     for entry in doc["entries"].values():  # each worker's entries: this session's run after the first one's
         assert entry["run_sessions"] == [first, doc["session"]]
+
+
+@pytest.mark.parametrize(
+    ("clocks", "reason"),
+    [
+        ((1700, 1980, ()), "the baseline was measured at 1980 MHz and this at 1700 MHz: not the same clocks"),
+        ((1980, 1980, ("SW thermal slowdown",)), "measured while the GPU was throttled (SW thermal slowdown)"),
+    ],
+    ids=["other-clocks", "throttled"],
+)
+def test_a_call_at_other_clocks_or_throttled_is_ambiguous_and_says_why(
+    pytester: pytest.Pytester, install_fake_driver: InstallFake, clocks: tuple, reason: str
+) -> None:
+    install_fake_driver("orin", kernel_ms=jittered(0.1, seed=1), clocks=(1980, 1980, ()))
+    pytester.makepyfile(test_b=inner(BASE_FILE))
+    for _ in range(MIN_SESSIONS):
+        assert pytester.runpytest("--jetmem-save=main").ret == pytest.ExitCode.OK
+    assert baseline_doc(pytester)["entries"][KEYS[0]]["sm_mhz"] == 1980
+    install_fake_driver("orin", kernel_ms=jittered(0.12, seed=3), clocks=clocks)
+    result = pytester.runpytest("-rA", "--jetmem-compare=main", "--jetmem-ambiguous=fail")
+    assert outcomes(result)["test_gated[device]"] == "FAILED"
+    assert reason in " ".join(result.stdout.str().split())
+    assert row(result, "test_gated[device]")["verdict"] == "FAIL ambiguous"

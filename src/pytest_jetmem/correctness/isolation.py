@@ -51,8 +51,10 @@ CHILD_RESULT_ENV = "PYTEST_JETMEM_CHILD_RESULT"
 #: Outcomes a child may write (the values of the matching :class:`Outcome` members).
 CHILD_OUTCOMES = frozenset({"passed", "failed", "skipped"})
 
-#: Signals that mean "the process touched memory it may not touch".
-FAULT_SIGNALS = frozenset({signal.SIGSEGV, signal.SIGBUS})
+#: The documented fault: NVIDIA's documents describe a CPU access to managed memory while the GPU is active, on a
+#: device without concurrent managed access, as a segmentation fault (SIGSEGV). Any other fatal signal (SIGBUS,
+#: SIGABRT, SIGILL, ...) is :attr:`Outcome.SIGNAL`: a fault of an undocumented kind, never taken for this one.
+FAULT_SIGNALS = frozenset({signal.SIGSEGV})
 
 DEFAULT_GRACE_S = 5.0
 DEFAULT_TAIL_BYTES = 8192
@@ -65,8 +67,8 @@ class Outcome(str, Enum):
     PASSED = "passed"
     FAILED = "failed"
     SKIPPED = "skipped"
-    FAULT = "fault"  # killed by SIGSEGV or SIGBUS
-    SIGNAL = "signal"  # killed by any other signal
+    FAULT = "fault"  # killed by SIGSEGV: the documented fault
+    SIGNAL = "signal"  # killed by any other signal: a fault of an undocumented kind
     CUDA_ERROR = "cuda_error"  # the child reported a CUDA error
     TIMEOUT = "timeout"  # still running at the deadline; its process group was killed
     CRASHED = "crashed"  # exited without a (valid) result, or with a status that contradicts it
@@ -151,7 +153,7 @@ def _signal_name(signum: int) -> str:
 def classify(returncode: int | None, report: dict[str, Any] | None, timed_out: bool) -> tuple[Outcome, str | None]:
     """Decide the :class:`Outcome` of a child from its exit status, the result it wrote and the timeout.
 
-    Precedence: timeout, then death by signal (SIGSEGV/SIGBUS -> FAULT, others -> SIGNAL), then the written
+    Precedence: timeout, then death by signal (SIGSEGV -> FAULT, any other -> SIGNAL), then the written
     result (a ``cuda_error`` -> CUDA_ERROR), then CRASHED when nothing valid was written. A written "passed"
     with a nonzero exit status is FAILED: something went wrong after the test body.
     """
@@ -316,22 +318,20 @@ def run_child(
 # ----------------------------------------------------------------------------------------------------------
 # Explanations
 
-# The rule behind FAULT on Jetson, paraphrased from NVIDIA's documentation:
+# The rule behind FAULT on Jetson, paraphrased from NVIDIA's documentation (stable pages; docs/concurrency.md):
 # - CUDA for Tegra application note, "Effective Usage of Unified Memory on Tegra", section "Unified memory
 #   where cudaDeviceProp::concurrentManagedAccess is 0":
-#   https://docs.nvidia.com/cuda/archive/13.2.0/pdf/CUDA-For-Tegra-AppNote.pdf
-# - CUDA C++ Programming Guide, Unified Memory Programming, "Coherency and Concurrency" / "GPU Exclusive
-#   Access To Managed Memory": on devices of compute capability lower than 6.x, and on any device whose
-#   concurrentManagedAccess attribute is 0, the CPU and GPU cannot access managed memory at the same time,
-#   because coherence could not be guaranteed if the CPU touched a managed allocation while a kernel was
-#   active. While any kernel is running the GPU has exclusive access to all managed memory, so a CPU access
-#   then ends in a segmentation fault.
-#   https://docs.nvidia.com/cuda/cuda-c-programming-guide/index.html#gpu-exclusive-access-to-managed-memory
+#   https://docs.nvidia.com/cuda/cuda-for-tegra-appnote/index.html
+# - CUDA Programming Guide, unified memory, the section on devices without full unified memory support
+#   (concurrentManagedAccess 0: Tegra, and GPUs older than compute capability 6.x): while the GPU is active
+#   (a kernel, or a memcpy/memset on a stream) it has exclusive access to managed memory, so a CPU access then
+#   ends in a segmentation fault. That is the only signal the documents name, hence FAULT_SIGNALS.
+#   https://docs.nvidia.com/cuda/cuda-programming-guide/04-special-topics/unified-memory.html
 # - cuMemAllocManaged / cuStreamAttachMemAsync (CUDA driver API): memory attached with CU_MEM_ATTACH_HOST is
 #   not accessed by any stream on a device with CONCURRENT_MANAGED_ACCESS == 0, so the CPU may use it while
 #   kernels run; the attach is stream-ordered (it takes effect once earlier work in the stream completes).
-#   https://nvidia.github.io/cuda-python/pr-preview/pr-3095/cuda-bindings/latest/module/generated/driver_v2/cuda.bindings._v2.driver.mem_alloc_managed.html
-#   https://nvidia.github.io/cuda-python/pr-preview/pr-3095/cuda-bindings/latest/module/generated/driver_v2/cuda.bindings._v2.driver.stream_attach_mem_async.html
+#   https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__MEM.html
+#   https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__STREAM.html
 # - The exclusivity covers allocations the running kernel never uses (NVIDIA/cuda-python issue #1539):
 #   https://github.com/NVIDIA/cuda-python/issues/1539
 
@@ -351,7 +351,7 @@ def _output_tail(result: ChildResult) -> str:
 
 def explain(result: ChildResult, concurrent_managed_access: int | None) -> str:
     """Explain ``result``; ``concurrent_managed_access`` is the device attribute, None when unknown."""
-    sig = result.signal_name or "a fault signal"
+    sig = result.signal_name or "SIGSEGV"
     outcome = result.outcome
     if outcome is Outcome.FAULT:
         if concurrent_managed_access == 0:
@@ -378,11 +378,16 @@ def explain(result: ChildResult, concurrent_managed_access: int | None) -> str:
             )
         return text + _output_tail(result)
     if outcome is Outcome.SIGNAL:
-        text = f"the child was killed by {result.signal_name or 'a signal'}"
+        text = f"the child was killed by {result.signal_name or 'a signal'}, a fault of an undocumented kind"
         if result.signal_name == "SIGABRT":
             text += " (abort(): a failed assertion or a fatal error in native code)"
         elif result.signal_name == "SIGKILL":
             text += " (from outside: possibly the out-of-memory killer)"
+        text += (
+            ": NVIDIA documents a CPU access to managed memory while the GPU is active (where "
+            "CONCURRENT_MANAGED_ACCESS is 0) as a segmentation fault (SIGSEGV) only, so this is not taken for it; "
+            "if this device answers such an access with this signal, report it with the output below"
+        )
         return text + _output_tail(result)
     if outcome is Outcome.TIMEOUT:
         return (result.message or "the child did not finish before the timeout") + _output_tail(result)

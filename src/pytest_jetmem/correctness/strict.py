@@ -1,16 +1,22 @@
 """Tegra-strict mode: Jetson's managed-memory rule, enforced on a device that does not need it.
 
 On a device whose ``CONCURRENT_MANAGED_ACCESS`` attribute is 0 (Jetson up to Orin, and any GPU older than
-Pascal), the GPU owns every managed allocation that a stream may use while a kernel runs there: a CPU access
-then kills the process with SIGSEGV or SIGBUS. A discrete GPU with the attribute at 1 lets the same code run,
-so a bug that will crash on the Jetson passes on the desktop. With ``--jetmem-tegra-strict`` the ``jetmem``
-handle keeps the books Jetson's driver keeps and turns the access into a :class:`TegraStrictError` instead.
+Pascal), the GPU owns every managed allocation that a stream may use while work runs there: a CPU access
+then kills the process with a segmentation fault (SIGSEGV). A discrete GPU with the attribute at 1 lets the
+same code run, so a bug that will crash on the Jetson passes on the desktop. With ``--jetmem-tegra-strict`` the
+``jetmem`` handle keeps the books Jetson's driver keeps and turns the access into a :class:`TegraStrictError` instead.
 
 The rule (docs/concurrency.md has the sources):
 
-- a kernel launch makes its stream *busy*; the stream stays busy until the program synchronizes it, even when
-  the kernel finished long ago (the CUDA programming guide: explicit synchronization is required even if the
-  kernel runs quickly; the GPU is "logically active" until then);
+- a kernel launch, a memset or a device-side copy queued through jetmem (``jetmem.zeros``,
+  ``Buffer.fill_bytes``, ``jetmem.copy``) makes its stream *busy* (the CUDA programming guide, unified memory
+  on devices without concurrent managed access: a ``cudaMemcpy*``/``cudaMemset*`` on a stream makes it active
+  like a kernel does); the stream stays busy until the program synchronizes it, even when the work finished
+  long ago (explicit synchronization is required even if the kernel runs quickly; the GPU is "logically
+  active" until then);
+- a managed buffer allocated while a stream is busy is unspecified until that work is synchronized (the guide
+  leaves memory allocated while the GPU is active unspecified until it is synchronized): no host access to
+  it until then, whatever its attachment;
 - a managed buffer attached globally (``CU_MEM_ATTACH_GLOBAL``, how jetmem allocates it) may not be touched by
   the CPU while *any* stream is busy; one attached to a single stream (``CU_MEM_ATTACH_SINGLE``) only while
   that stream is busy; one attached to the host (``CU_MEM_ATTACH_HOST``) always may;
@@ -32,9 +38,11 @@ kernels run, and ``device`` memory has no host view.
 from __future__ import annotations
 
 import weakref
+from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from pytest_jetmem.cuda.attachment import GLOBAL, MANAGED_MODES, Attachment, stream_key
+from pytest_jetmem.cuda.workspace import KERNEL
 from pytest_jetmem.errors import TegraStrictError
 
 if TYPE_CHECKING:
@@ -47,8 +55,10 @@ __all__ = ["TegraStrict", "TegraStrictError", "enable", "tracker_of"]
 class TegraStrict:
     """The books for one ``jetmem`` handle: which streams may have work in flight, how buffers are attached.
 
-    The handle reports launches (:meth:`launched`), synchronizations (:meth:`synchronized`) and asks before
-    a host access (:meth:`check_host_access`); ``pytest_jetmem.cuda.attach`` reports attachments (:meth:`attached`).
+    A :class:`~pytest_jetmem.cuda.workspace.WorkObserver`: the handle reports allocations (:meth:`allocated`),
+    queued GPU work (:meth:`queued`: kernels, memsets, copies), synchronizations (:meth:`synchronized`) and asks
+    before a host access (:meth:`check_host_access`); ``pytest_jetmem.cuda.attach`` reports attachments
+    (:meth:`attached`).
     """
 
     def __init__(self, default_stream: Any = None, nodeid: str = "") -> None:
@@ -56,24 +66,36 @@ class TegraStrict:
         self.default_stream = stream_key(default_stream)
         self.launches = 0
         self.violations = 0
-        self._busy: dict[int, int] = {}  # stream -> kernels launched since it was last synchronized
+        self._busy: dict[int, Counter[str]] = {}  # stream -> work queued since it was last synchronized, by kind
+        # managed buffers allocated while streams were busy -> those of them not synchronized since
+        self._born_busy: weakref.WeakKeyDictionary[Buffer, set[int]] = weakref.WeakKeyDictionary()
         self._attached: weakref.WeakKeyDictionary[Buffer, Attachment] = weakref.WeakKeyDictionary()
         # attachments queued but maybe not in effect yet: buffer -> (attachment, the stream it was queued on)
         self._pending: weakref.WeakKeyDictionary[Buffer, tuple[Attachment, int]] = weakref.WeakKeyDictionary()
 
     def __repr__(self) -> str:
-        busy = ", ".join(f"0x{s:x}: {n}" for s, n in sorted(self._busy.items())) or "none"
+        busy = ", ".join(f"0x{s:x}: {_work(n)}" for s, n in sorted(self._busy.items())) or "none"
         return f"<TegraStrict {self.nodeid or '?'}: busy streams {busy}>"
 
     # -- events -------------------------------------------------------------------------------------
     def _key(self, stream: Any) -> int:
         return self.default_stream if stream is None else stream_key(stream)
 
+    def queued(self, stream: Any, what: str) -> None:
+        """GPU work of kind ``what`` (kernel, memset, copy) was queued on ``stream`` (None: the handle's own)."""
+        key = self._key(stream)
+        self._busy.setdefault(key, Counter())[what] += 1
+        if what == KERNEL:
+            self.launches += 1
+
     def launched(self, stream: Any = None) -> None:
         """A kernel was queued on ``stream`` (None: the handle's own stream)."""
-        key = self._key(stream)
-        self._busy[key] = self._busy.get(key, 0) + 1
-        self.launches += 1
+        self.queued(stream, KERNEL)
+
+    def allocated(self, buf: Buffer) -> None:
+        """``buf`` was just allocated: a managed one allocated while streams are busy is unspecified until then."""
+        if buf.memory_mode.name in MANAGED_MODES and self._busy:
+            self._born_busy[buf] = set(self._busy)
 
     def synchronized(self, stream: Any = None) -> None:
         """``stream`` (None: the handle's own) finished all its work, as far as the host knows."""
@@ -82,10 +104,15 @@ class TegraStrict:
         for buf, (att, queued_on) in list(self._pending.items()):
             if queued_on == key:
                 self._settle(buf, att)
+        for buf, streams in list(self._born_busy.items()):
+            streams.discard(key)
+            if not streams:
+                del self._born_busy[buf]
 
     def synchronized_all(self) -> None:
         """Every stream is idle (``cuCtxSynchronize``, or the handle's teardown)."""
         self._busy.clear()
+        self._born_busy.clear()
         for buf, (att, _) in list(self._pending.items()):
             self._settle(buf, att)
 
@@ -109,8 +136,8 @@ class TegraStrict:
     # -- questions ----------------------------------------------------------------------------------
     @property
     def busy_streams(self) -> dict[int, int]:
-        """Stream -> kernels launched on it through jetmem since it was last synchronized."""
-        return dict(self._busy)
+        """Stream -> pieces of work (kernels, memsets, copies) queued on it through jetmem since its last sync."""
+        return {s: sum(c.values()) for s, c in self._busy.items()}
 
     @property
     def busy(self) -> bool:
@@ -132,7 +159,11 @@ class TegraStrict:
         pending = self.pending_attachment(buf)
         if pending is not None:  # stream-ordered: either may be in effect, so both restrict
             blocking |= pending.blocking(self._busy)
-        return blocking
+        return blocking | self._born_busy.get(buf, set())
+
+    def allocated_while_busy(self, buf: Buffer) -> set[int]:
+        """The streams that were busy when ``buf`` was allocated and have not been synchronized since."""
+        return set(self._born_busy.get(buf, set()))
 
     def check_host_access(self, buf: Buffer, access: str = "host view (Buffer.host)") -> None:
         """Raise :class:`TegraStrictError` if Jetson would kill the process for this host access to ``buf``."""
@@ -147,20 +178,42 @@ class TegraStrict:
         where = att.describe()
         if pending is not None:
             where += f", with an attachment {pending.describe()} queued but not known to be in effect"
-        streams = ", ".join(
-            f"0x{s:x} ({self._busy[s]} kernel{'s' if self._busy[s] != 1 else ''})" for s in sorted(blocking)
-        )
+        streams = ", ".join(f"0x{s:x} ({_work(self._busy[s])})" for s in sorted(blocking))
         prefix = f"{self.nodeid}: " if self.nodeid else ""
+        born = self._born_busy.get(buf)
+        if born:
+            births = ", ".join(f"0x{s:x}" for s in sorted(born))
+            why = (
+                f"It was allocated while work queued through jetmem was in flight on stream {births}: the CUDA "
+                "programming guide leaves managed memory allocated while the GPU is active unspecified until the "
+                "GPU is synchronized, whatever its attachment, and a CPU access before then may kill the process "
+                "with a segmentation fault (SIGSEGV) on Jetson (CONCURRENT_MANAGED_ACCESS=0). Fix: call "
+                "jetmem.synchronize() before touching it on the host (to_numpy() and copy_from() do), or allocate "
+                "it before queuing the work."
+            )
+        else:
+            why = (
+                "On Jetson (CONCURRENT_MANAGED_ACCESS=0) the GPU owns this memory until the stream is synchronized "
+                "(kernels, memsets and copies alike), and this CPU access kills the process with a segmentation "
+                "fault (SIGSEGV) (the CUDA for Tegra app note; the CUDA programming guide, unified memory on "
+                "devices without concurrent managed access). Fix: call jetmem.synchronize() before touching it on "
+                "the host (to_numpy() and copy_from() do), or attach it to the host with jetmem.attach_host(buf) "
+                "if no kernel needs it meanwhile, or attach it to its own stream with "
+                "jetmem.attach_single(buf, stream) and run the other work on other streams."
+            )
         return (
-            f"{prefix}Tegra-strict: {access} of managed {buf!r}, {where}, while work launched through jetmem may "
-            f"still run on stream {streams} (not synchronized since). On Jetson (CONCURRENT_MANAGED_ACCESS=0) the "
-            "GPU owns this memory until the stream is synchronized, and this CPU access kills the process with "
-            "SIGSEGV or SIGBUS (the CUDA for Tegra app note; the CUDA programming guide, 'GPU Exclusive Access To "
-            "Managed Memory'). Fix: call jetmem.synchronize() before touching it on the host (to_numpy() and "
-            "copy_from() do), or attach it to the host with jetmem.attach_host(buf) if no kernel needs it "
-            "meanwhile, or attach it to its own stream with jetmem.attach_single(buf, stream) and run the other "
-            "kernels on other streams."
+            f"{prefix}Tegra-strict: {access} of managed {buf!r}, {where}, while work queued through jetmem may "
+            f"still run on stream {streams} (not synchronized since). {why}"
         )
+
+
+_PLURALS = {"copy": "copies"}
+
+
+def _work(counts: Counter[str]) -> str:
+    """``Counter({"kernel": 2, "memset": 1})`` -> ``"2 kernels, 1 memset"`` (kernels first, then by name)."""
+    kinds = sorted(counts, key=lambda k: (k != KERNEL, k))
+    return ", ".join(f"{counts[k]} {k if counts[k] == 1 else _PLURALS.get(k, k + 's')}" for k in kinds if counts[k])
 
 
 def tracker_of(ws: Workspace) -> TegraStrict | None:

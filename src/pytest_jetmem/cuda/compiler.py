@@ -1,6 +1,9 @@
-"""NVRTC compilation to CUBIN with a disk cache keyed by source, options, architecture and NVRTC version.
+"""NVRTC compilation to CUBIN with a disk cache keyed by everything that makes the CUBIN.
 
-Runs without a GPU (NVRTC needs none), so CI compiles every bundled kernel for real.
+The key: the source, the name, the options, the architecture, the NVRTC version, the include directories
+(the user's and the CUDA headers found by :func:`pytest_jetmem.cuda.driver.find_cuda_headers`) and the
+content of every user header the source includes. Runs without a GPU (NVRTC needs none), so CI
+compiles every kernel for real.
 """
 
 from __future__ import annotations
@@ -9,6 +12,8 @@ import hashlib
 import json
 import os
 import re
+import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,7 +22,11 @@ from pytest_jetmem.atomic import write_atomic
 from pytest_jetmem.cuda import driver
 from pytest_jetmem.errors import CompileError
 
-CACHE_FORMAT = 1
+CACHE_FORMAT = 2
+_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*([<"])([^>"\n]+)[>"]', re.M)
+_MISSING_HEADER = re.compile(r'(?:could not|cannot) open source file "([^"]+)"')
+#: ``options`` of :func:`compile_kernel`: one string (split like a shell does) or a sequence of strings.
+Options = str | Sequence[str]
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -34,6 +43,7 @@ class CompiledKernel:
     log: str
     key: str
     from_cache: bool
+    include_dirs: tuple[str, ...] = ()
 
 
 def default_cache_dir() -> Path:
@@ -44,7 +54,82 @@ def default_cache_dir() -> Path:
     return Path(base) / "pytest-jetmem" / "kernels"
 
 
-def cache_key(source: str, name: str, options: tuple[str, ...], arch: str, nvrtc_version: tuple[int, int]) -> str:
+def normalize_options(options: Options | None, what: str = "options") -> tuple[str, ...]:
+    """``options`` as a tuple of NVRTC options: a string is split as a shell would (``"-lineinfo -DN=4"``).
+
+    Raises TypeError naming ``what`` for anything else (a list holding a non-string, a number, bytes).
+    """
+    if options is None:
+        return ()
+    if isinstance(options, str):
+        return tuple(shlex.split(options))
+    if isinstance(options, (bytes, bytearray)) or not isinstance(options, Sequence):
+        raise TypeError(f"{what}: expected a string or a sequence of strings, got {options!r}")
+    bad = [o for o in options if not isinstance(o, str)]
+    if bad:
+        raise TypeError(f"{what}: every option must be a string, got {bad[0]!r} in {list(options)!r}")
+    return tuple(options)
+
+
+def normalize_include_dirs(
+    include_dirs: str | os.PathLike[str] | Sequence[str | os.PathLike[str]] | None,
+) -> tuple[str, ...]:
+    """User include directories as absolute paths, in order; a missing directory is a ValueError naming it."""
+    if include_dirs is None:
+        return ()
+    items = [include_dirs] if isinstance(include_dirs, (str, os.PathLike)) else list(include_dirs)
+    out = []
+    for item in items:
+        if not isinstance(item, (str, os.PathLike)):
+            raise TypeError(f"include_dirs: expected directory paths, got {item!r}")
+        path = Path(item).expanduser().absolute()
+        if not path.is_dir():
+            raise ValueError(f"include_dirs: {str(item)!r} is not a directory")
+        out.append(str(path))
+    return tuple(dict.fromkeys(out))
+
+
+def user_headers(source: str, include_dirs: Sequence[str]) -> dict[str, str]:
+    """The user headers ``source`` includes, directly or through other user headers: path -> sha256 of content.
+
+    A header counts as the user's when it is found in ``include_dirs`` (a quoted include of a user header
+    is also looked up next to that header). Headers found nowhere there (the CUDA headers, NVRTC's
+    built-ins) are not listed: the CUDA headers are keyed by :attr:`HeaderSearch.fingerprint`. Includes
+    in ``#if`` branches are listed too, which can only cost a recompile.
+    """
+    found: dict[str, str] = {}
+    pending: list[tuple[str, str | None]] = [(source, None)]
+    while pending:
+        text, here = pending.pop()
+        for quote, name in _INCLUDE.findall(text):
+            where = ([here] if quote == '"' and here else []) + list(include_dirs)
+            for directory in where:
+                path = os.path.join(directory, name)
+                if os.path.isfile(path):
+                    real = os.path.realpath(path)
+                    if real not in found:
+                        data = Path(real).read_bytes()
+                        found[real] = hashlib.sha256(data).hexdigest()
+                        pending.append((data.decode(errors="replace"), os.path.dirname(real)))
+                    break
+    return dict(sorted(found.items()))
+
+
+def cache_key(
+    source: str,
+    name: str,
+    options: tuple[str, ...],
+    arch: str,
+    nvrtc_version: tuple[int, int],
+    include_dirs: Sequence[str] = (),
+    cuda_headers: str = "",
+    headers: dict[str, str] | None = None,
+) -> str:
+    """The cache key of one compilation (a hex sha256).
+
+    ``include_dirs``: every ``-I`` directory in order; ``cuda_headers``: the CUDA headers' fingerprint;
+    ``headers``: the included user headers' digests (:func:`user_headers`).
+    """
     payload = json.dumps(
         {
             "format": CACHE_FORMAT,
@@ -53,6 +138,9 @@ def cache_key(source: str, name: str, options: tuple[str, ...], arch: str, nvrtc
             "options": list(options),
             "arch": arch,
             "nvrtc": list(nvrtc_version),
+            "include_dirs": list(include_dirs),
+            "cuda_headers": cuda_headers,
+            "headers": headers or {},
         },
         sort_keys=True,
     )
@@ -99,29 +187,39 @@ def compile_kernel(
     source: str,
     name: str,
     arch: str,
-    options: tuple[str, ...] | list[str] = (),
+    options: Options = (),
     cache: KernelCache | None = None,
     drv: Any = None,
     filename: str | None = None,
+    include_dirs: str | os.PathLike[str] | Sequence[str | os.PathLike[str]] = (),
+    cuda_headers: driver.HeaderSearch | None = None,
 ) -> CompiledKernel:
     """Compile ``name`` from ``source`` for ``arch`` (``sm_87``), or take it from the cache.
 
     ``name`` is an ``extern "C"`` function name, or a C++ name expression (``scale<float>``)
-    that NVRTC lowers to its mangled symbol.
+    that NVRTC lowers to its mangled symbol. ``options``: a string (split as a shell would) or a
+    sequence of NVRTC options. ``include_dirs``: the user's include directories, searched first
+    (``-I``, in order), then the CUDA headers (``cuda_headers``, default: found by
+    :func:`~pytest_jetmem.cuda.driver.find_cuda_headers`). A header found nowhere is a
+    :class:`CompileError` that says where it was looked for.
     """
     if not re.fullmatch(r"sm_\d+[a-z]?", arch):
         raise ValueError(f"arch: expected 'sm_XY', got {arch!r}")
+    opts = normalize_options(options)
+    user_dirs = normalize_include_dirs(include_dirs)
     drv = drv or driver.get()
-    options = tuple(options)
+    search = cuda_headers if cuda_headers is not None else driver.find_cuda_headers()
     version = drv.nvrtc_version()
-    key = cache_key(source, name, options, arch, version)
+    all_dirs = (*user_dirs, *search.paths)
+    key = cache_key(source, name, opts, arch, version, all_dirs, search.fingerprint, user_headers(source, user_dirs))
     filename = filename or f"{re.sub(r'[^A-Za-z0-9_]', '_', name)}.cu"
     if cache is not None:
         hit = cache.get(key)
         if hit is not None:
             cubin, meta = hit
-            return CompiledKernel(name, meta["symbol"], arch, options, version, cubin, meta.get("log", ""), key, True)
-    full_options = (f"--gpu-architecture={arch}", *options)
+            log = meta.get("log", "")
+            return CompiledKernel(name, meta["symbol"], arch, opts, version, cubin, log, key, True, all_dirs)
+    full_options = (f"--gpu-architecture={arch}", *opts, *(f"-I{d}" for d in all_dirs))
     if _IDENT.match(name) and not _declares(source, name):
         raise CompileError(
             f"kernel {name!r}: no __global__ function of that name in the source "
@@ -132,11 +230,33 @@ def compile_kernel(
         # kernels and mangled for C++ ones.
         cubin, log, lowered = drv.nvrtc_compile(source, filename, full_options, (name,))
     except CompileError as exc:
-        raise CompileError(f"kernel {name!r} failed to compile: {exc}") from None
+        message = f"kernel {name!r} failed to compile for {arch}: {exc}"
+        if "--gpu-architecture" in str(exc) and version >= (13, 0):  # NVRTC 13 dropped sm_5x-sm_72 (Xavier)
+            message += (
+                f"\nNVRTC {version[0]}.{version[1]} does not compile for {arch}; "
+                "CUDA 12's NVRTC does: install pytest-jetmem[cu12]"
+            )
+        missing = _MISSING_HEADER.findall(str(exc))
+        if missing:
+            message += "\n" + _header_help(missing, user_dirs, search)
+        raise CompileError(message) from None
     symbol = lowered.get(name, name)
     if cache is not None:
         cache.put(key, cubin, {"symbol": symbol, "log": log, "name": name, "arch": arch})
-    return CompiledKernel(name, symbol, arch, options, version, cubin, log, key, False)
+    return CompiledKernel(name, symbol, arch, opts, version, cubin, log, key, False, all_dirs)
+
+
+def _header_help(missing: list[str], user_dirs: tuple[str, ...], search: driver.HeaderSearch) -> str:
+    """Where a header NVRTC could not open was looked for, and how to add a place."""
+    headers = ", ".join(repr(m) for m in dict.fromkeys(missing))
+    user = ", ".join(user_dirs) if user_dirs else "none given"
+    cuda = ", ".join(f"{d} ({via})" for d, via in search.dirs) or "none found"
+    return (
+        f"header {headers} not found. Searched, in order: your include directories ({user}); "
+        f"the CUDA headers ({cuda}). CUDA header discovery looked at: {search.describe()}. "
+        "Pass include_dirs= to compile() (or the ini key jetmem_include_dirs) for your own headers; "
+        "for the CUDA headers install pytest-jetmem[cu12] or [cu13], or set CUDA_HOME"
+    )
 
 
 def _declares(source: str, name: str) -> bool:

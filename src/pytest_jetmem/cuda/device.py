@@ -7,7 +7,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from pytest_jetmem.cuda import driver
-from pytest_jetmem.errors import CudaError, CudaUnavailable
+from pytest_jetmem.cuda.driver import ClockState
+from pytest_jetmem.errors import CudaError, CudaUnavailable, DeviceChoiceError
 
 
 @dataclass(frozen=True)
@@ -81,19 +82,28 @@ def select_ordinal(device_count: int, env: dict[str, str] | None = None) -> int:
     (``timing.gpu_lock``).
     """
     env = dict(os.environ) if env is None else env
-    if env.get("JETMEM_DEVICE", "").strip():
-        raw = env["JETMEM_DEVICE"]
-        try:
-            ordinal = int(raw)
-        except ValueError:
-            ordinal = -1
-        if ordinal < 0:
-            raise CudaUnavailable(f"JETMEM_DEVICE={raw!r}: expected a device ordinal >= 0")
-        return ordinal
+    chosen = chosen_ordinal(env)
+    if chosen is not None:
+        return chosen
     worker = env.get("PYTEST_XDIST_WORKER", "")
     if worker.startswith("gw") and worker[2:].isdigit() and device_count > 0:
         return int(worker[2:]) % device_count
     return 0
+
+
+def chosen_ordinal(env: dict[str, str] | None = None) -> int | None:
+    """``JETMEM_DEVICE`` as an ordinal (None: not set); DeviceChoiceError where it is no ordinal >= 0."""
+    env = dict(os.environ) if env is None else env
+    raw = env.get("JETMEM_DEVICE", "")
+    if not raw.strip():
+        return None
+    try:
+        ordinal = int(raw)
+    except ValueError:
+        ordinal = -1
+    if ordinal < 0:
+        raise DeviceChoiceError(f"JETMEM_DEVICE={raw!r}: expected a device ordinal >= 0")
+    return ordinal
 
 
 class Device:
@@ -119,6 +129,11 @@ class Device:
 
     def synchronize(self) -> None:
         self.drv.stream_synchronize(self.stream)
+
+    def clock_state(self) -> ClockState | None:
+        """The SM clock and slowdown reasons now, where the driver backend can tell (else None)."""
+        probe = getattr(self.drv, "clock_state", None)  # a test's fake driver may not model clocks
+        return probe(self._dev) if probe is not None else None
 
     def free_memory(self) -> int:
         return self.drv.mem_get_info()[0]
@@ -153,18 +168,25 @@ class Availability:
     info: DeviceInfo | None = None
     device: Device | None = None
     error: BaseException | None = None
+    #: True where ``JETMEM_DEVICE`` is the problem (no ordinal, no such device): a usage error, not a skip
+    misconfigured: bool = False
 
 
 def open_device(drv: Any | None = None, ordinal: int | None = None) -> Availability:
     """Initialise CUDA and open the device, or explain why not."""
     try:
+        chosen = chosen_ordinal() if ordinal is None else None  # a bad JETMEM_DEVICE is reported before the driver
         drv = drv or driver.get()
         drv.init()
         count = drv.device_count()
         ordinal = select_ordinal(count) if ordinal is None else ordinal
         if ordinal >= count:
-            return Availability(False, f"no CUDA device {ordinal}: only {count} device(s) present")
+            where = f"JETMEM_DEVICE={chosen}: " if chosen is not None else ""
+            reason = f"{where}no CUDA device {ordinal}: only {count} device(s) present"
+            return Availability(False, reason, misconfigured=chosen is not None)
         info = probe_device(drv, ordinal)
+    except DeviceChoiceError as exc:
+        return Availability(False, exc.reason, error=exc, misconfigured=True)
     except CudaUnavailable as exc:
         return Availability(False, exc.reason, error=exc)
     except CudaError as exc:

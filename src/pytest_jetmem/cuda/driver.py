@@ -9,7 +9,12 @@ handles. Tests on machines without a GPU replace the backend with a fake through
 from __future__ import annotations
 
 import contextlib
+import functools
+import hashlib
+import os
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from pytest_jetmem.errors import CompileError, CudaError, CudaUnavailable
@@ -58,6 +63,25 @@ def _import_bindings() -> tuple[Any, Any]:
     return driver, nvrtc
 
 
+#: NVML clock-event reasons that mean the GPU is held below the clock it was asked for (nvmlClocksEventReasons).
+SLOWDOWN_REASONS = {
+    0x4: "SW power cap",
+    0x8: "HW slowdown",
+    0x20: "SW thermal slowdown",
+    0x40: "HW thermal slowdown",
+    0x80: "HW power brake slowdown",
+}
+
+
+@dataclass(frozen=True)
+class ClockState:
+    """The SM clock now and its maximum (MHz), and the active slowdown reasons, as NVML reports them."""
+
+    sm_mhz: int
+    sm_max_mhz: int
+    slowdowns: tuple[str, ...] = ()
+
+
 class CudaDriver:
     """Thin, checked wrappers over ``cuda.bindings.driver`` and ``cuda.bindings.nvrtc``."""
 
@@ -67,6 +91,8 @@ class CudaDriver:
 
         self.bindings_version: str = getattr(cuda.bindings, "__version__", "unknown")
         self.bindings_major = int(self.bindings_version.split(".")[0]) if self.bindings_version[0].isdigit() else 0
+        self._nvml: Any = None  # cuda.bindings.nvml once initialised; False where it cannot be used
+        self._nvml_handles: dict[str, Any] = {}
 
     # -- result checking ---------------------------------------------------------------------------
     def _check(self, call: str, result: Any) -> Any:
@@ -118,6 +144,40 @@ class CudaDriver:
     def device_attribute(self, dev: Any, name: str) -> int:
         attr = getattr(self._cu.CUdevice_attribute, f"CU_DEVICE_ATTRIBUTE_{name}")
         return int(self._check(f"cuDeviceGetAttribute({name})", self._cu.cuDeviceGetAttribute(attr, dev)))
+
+    def device_pci_bus_id(self, dev: Any) -> str:
+        """The device's PCI bus id (``0000:3b:00.0``), how NVML finds the same device."""
+        raw = self._call("cuDeviceGetPCIBusId", 64, dev)
+        text = raw.decode(errors="replace") if isinstance(raw, (bytes, bytearray)) else str(raw)
+        return text.split("\0", 1)[0]
+
+    # -- clocks ------------------------------------------------------------------------------------
+    def clock_state(self, dev: Any) -> ClockState | None:
+        """SM clock and slowdown reasons of ``dev`` from NVML, or None where NVML cannot say.
+
+        NVML is in cuda-bindings 13 (``cuda.bindings.nvml``); cuda-bindings 12 has none, and Jetson's integrated
+        GPUs have no NVML: there the clock comes from devfreq (:mod:`pytest_jetmem.machine.jetson`).
+        """
+        if self._nvml is False:
+            return None
+        try:
+            if self._nvml is None:
+                from cuda.bindings import nvml
+
+                nvml.init_v2()
+                self._nvml = nvml
+            nvml = self._nvml
+            bus = self.device_pci_bus_id(dev)
+            handle = self._nvml_handles.get(bus)
+            if handle is None:
+                handle = self._nvml_handles[bus] = nvml.device_get_handle_by_pci_bus_id_v2(bus)
+            sm = int(nvml.device_get_clock_info(handle, nvml.ClockType.CLOCK_SM))
+            top = int(nvml.device_get_max_clock_info(handle, nvml.ClockType.CLOCK_SM))
+            reasons = int(nvml.device_get_current_clocks_event_reasons(handle))
+        except Exception:  # no NVML here (ImportError, NVMLError, CudaError): clocks unknown, never guessed
+            self._nvml = False
+            return None
+        return ClockState(sm, top, tuple(name for bit, name in SLOWDOWN_REASONS.items() if reasons & bit))
 
     # -- contexts ----------------------------------------------------------------------------------
     def primary_ctx_retain(self, dev: Any) -> Any:
@@ -262,7 +322,9 @@ class CudaDriver:
         params_ptr: int,
     ) -> None:
         """cuLaunchKernel with ``params_ptr`` the address of an array of argument addresses."""
-        self._call("cuLaunchKernel", func, *grid, *block, shared_mem, stream, params_ptr, 0)
+        result = self._cu.cuLaunchKernel(func, *grid, *block, shared_mem, stream, params_ptr, 0)
+        if result[0]:  # the hot path: no getattr, no generic checking unless it failed
+            self._check("cuLaunchKernel", result)
 
     # -- NVRTC -------------------------------------------------------------------------------------
     def nvrtc_version(self) -> tuple[int, int]:
@@ -316,6 +378,107 @@ class CudaDriver:
         if not values:
             return None
         return values[0] if len(values) == 1 else values
+
+
+# -- CUDA headers for NVRTC ---------------------------------------------------------------------------------------
+
+#: Where ``/usr/local/cuda`` puts the toolkit (JetPack installs it there).
+SYSTEM_CUDA = "/usr/local/cuda"
+# A header each component's include directory must hold to count as found.
+_CUDART_MARKER = "cuda_fp16.h"
+_CCCL_MARKER = os.path.join("cuda", "std", "version")
+
+
+@dataclass(frozen=True)
+class HeaderSearch:
+    """Where NVRTC finds the CUDA headers: the include directories chosen, and every place looked at.
+
+    ``dirs`` are ``(directory, how it was found)`` pairs, in ``-I`` order: the CUDA runtime headers
+    (``cuda_fp16.h``, ``cooperative_groups.h``, ...) and CCCL (``cub/``, ``cuda/std/``, ``thrust/``).
+    ``looked`` says, for each place in the search order, what was found there (for error messages).
+    """
+
+    dirs: tuple[tuple[str, str], ...]
+    looked: tuple[str, ...]
+
+    @property
+    def paths(self) -> tuple[str, ...]:
+        return tuple(d for d, _ in self.dirs)
+
+    @functools.cached_property
+    def fingerprint(self) -> str:
+        """A digest of the chosen directories and their marker headers (part of the kernel cache key)."""
+        digest = hashlib.sha256()
+        for directory, _ in self.dirs:
+            digest.update(directory.encode() + b"\0")
+            for marker in (_CUDART_MARKER, _CCCL_MARKER):
+                with contextlib.suppress(OSError):
+                    digest.update(Path(directory, marker).read_bytes())
+        return digest.hexdigest()
+
+    def describe(self) -> str:
+        """One line per place looked at, in search order."""
+        return "; ".join(self.looked) if self.looked else "nowhere (CUDA header discovery was turned off)"
+
+
+def find_cuda_headers(env: dict[str, str] | None = None) -> HeaderSearch:
+    """The CUDA header directories for NVRTC, found without help (see :class:`HeaderSearch`).
+
+    Search order, per component (runtime headers, CCCL), first hit wins: the installed NVIDIA header
+    wheels through ``cuda.pathfinder`` (the ``cu12``/``cu13`` extras install them), then ``$CUDA_HOME``,
+    then ``$CUDA_PATH``, then ``/usr/local/cuda/include``. Needs no GPU and no driver; cached per
+    ``CUDA_HOME``/``CUDA_PATH`` value.
+    """
+    env = dict(os.environ) if env is None else env
+    return _find_cuda_headers(env.get("CUDA_HOME", ""), env.get("CUDA_PATH", ""))
+
+
+@functools.lru_cache(maxsize=8)
+def _find_cuda_headers(cuda_home: str, cuda_path: str) -> HeaderSearch:
+    # In search order: (component, directory, how found), or (None, note, "") for a place with nothing to try.
+    places: list[tuple[str | None, str, str]] = []
+    for libname in ("cudart", "cccl"):
+        try:
+            from cuda import pathfinder  # the header wheels' own locator (a dependency of cuda-bindings)
+
+            locate = getattr(pathfinder, "locate_nvidia_header_directory", None)
+            if locate is not None:
+                located = locate(libname)
+                found = (located.abs_path, f"cuda.pathfinder ({located.found_via})") if located else None
+            else:  # before locate_*: the path alone
+                path = pathfinder.find_nvidia_header_directory(libname)
+                found = (path, "cuda.pathfinder") if path else None
+        except Exception as exc:  # not installed, or a name this version does not know
+            places.append((None, f"cuda.pathfinder {libname}: unavailable ({type(exc).__name__}: {exc})", ""))
+            continue
+        if found is None or not found[0]:
+            places.append((None, f"cuda.pathfinder {libname}: no header wheel or toolkit found", ""))
+            continue
+        places.append((libname, found[0], found[1]))
+    roots = [("$CUDA_HOME", cuda_home), ("$CUDA_PATH", cuda_path), (SYSTEM_CUDA, SYSTEM_CUDA)]
+    for via, root in roots:
+        if not root:
+            places.append((None, f"{via}: not set", ""))
+            continue
+        include = os.path.join(root, "include")
+        places += [("cudart", include, via), ("cccl", os.path.join(include, "cccl"), via), ("cccl", include, via)]
+
+    chosen: dict[str, tuple[str, str]] = {}
+    looked: list[str] = []
+    for component, directory, via in places:
+        if component is None:
+            looked.append(directory)
+            continue
+        if component in chosen:
+            continue
+        marker = _CUDART_MARKER if component == "cudart" else _CCCL_MARKER
+        if os.path.isfile(os.path.join(directory, marker)):
+            chosen[component] = (os.path.realpath(directory), via)
+            looked.append(f"{via}: {directory} (has {marker}: used)")
+        else:
+            looked.append(f"{via}: {directory} (no {marker})")
+    dirs = list(dict.fromkeys(chosen[c] for c in ("cudart", "cccl") if c in chosen))
+    return HeaderSearch(tuple(dirs), tuple(looked))
 
 
 def _enum_name(err: Any) -> str:

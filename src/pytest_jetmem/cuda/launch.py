@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import ctypes
 import math
 import re
-from collections.abc import Sequence
+import struct
+import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
 
+from pytest_jetmem.cuda.buffer import Buffer
 from pytest_jetmem.cuda.compiler import CompiledKernel
 from pytest_jetmem.errors import LaunchArgumentError
 
@@ -68,25 +72,115 @@ class Param:
 
 
 def parse_signature(source: str, name: str) -> list[Param] | None:
-    """The parameters of ``__global__ ... name(...)`` in ``source``, or None if it cannot be read."""
-    m = re.search(rf"__global__[^;{{]*?\b{re.escape(name)}\s*\(([^)]*)\)", _strip_comments(source))
+    """The parameters of ``__global__ ... name(...)`` in ``source``, or None if it cannot be read.
+
+    ``name`` may be a C++ name expression (``saxpy<float>``, ``ns::k<float, 4>``): the template's
+    parameters are substituted with the expression's arguments (or their defaults), so ``T* x, T a``
+    of ``saxpy<float>`` read as a pointer and a float32. A parameter whose type is not a known scalar
+    or a pointer (a struct, a template type left open) has kind None.
+    """
+    base, targs = _split_name(name)
+    if base is None:
+        return None
+    code = _strip_comments(source)
+    m = re.search(rf"__global__[^;{{]*?\b{re.escape(base)}\s*\(", code)
     if not m:
         return None
-    body = m.group(1).strip()
+    body = _balanced(code, m.end() - 1, "(", ")")
+    if body is None:
+        return None
+    substitutions: dict[str, str] = {}
+    if targs is not None:
+        tparams = _template_params(code, m.start())
+        if tparams is None or len(targs) > len(tparams):
+            return None
+        for i, (pname, default) in enumerate(tparams):
+            value = targs[i] if i < len(targs) else default
+            if value is None:
+                return None
+            substitutions[pname] = value
+    body = body.strip()
     if not body or body == "void":
         return []
     params = []
-    for i, raw in enumerate(body.split(",")):
+    for i, raw in enumerate(_split_top(body)):
         text = raw.split("=")[0].strip()
-        if "<" in text:  # templates: leave it to the caller
-            return None
+        for tname, value in substitutions.items():
+            text = re.sub(rf"\b{re.escape(tname)}\b", f" {value} ", text)
         pointer = "*" in text or "&" in text
-        tokens = [t for t in re.split(r"[\s*&]+", text) if t and t not in _QUALIFIERS]
+        templated = "<" in text
+        tokens = [t for t in re.split(r"[\s*&]+", re.sub(r"<.*>", " ", text)) if t and t not in _QUALIFIERS]
         named = len(tokens) >= 2 and tokens[-1] not in _TYPE_WORDS
         pname = tokens[-1] if named else f"arg{i}"
-        base = " ".join(tokens[:-1] if named else tokens)
-        params.append(Param(pname, POINTER if pointer else C_TYPES.get(base)))
+        base_type = " ".join(tokens[:-1] if named else tokens)
+        kind: np.dtype | str | None = POINTER if pointer else (None if templated else C_TYPES.get(base_type))
+        params.append(Param(pname, kind))
     return params
+
+
+def _split_name(name: str) -> tuple[str | None, list[str] | None]:
+    """``ns::saxpy<float, 4>`` -> (``saxpy``, [``float``, ``4``]); a plain name has no argument list (None)."""
+    text = name.strip()
+    args: list[str] | None = None
+    if text.endswith(">") and "<" in text:
+        open_at = text.index("<")
+        inner = _balanced(text, open_at, "<", ">")
+        if inner is None:
+            return None, None
+        args = [a.strip() for a in _split_top(inner)] if inner.strip() else []
+        text = text[:open_at]
+    ident = text.split("::")[-1].strip()
+    return (ident if re.fullmatch(r"[A-Za-z_]\w*", ident) else None), args
+
+
+def _balanced(text: str, open_at: int, opening: str, closing: str) -> str | None:
+    """The text between ``text[open_at]`` (an opening bracket) and its matching closing one."""
+    depth = 0
+    for i in range(open_at, len(text)):
+        if text[i] == opening:
+            depth += 1
+        elif text[i] == closing:
+            depth -= 1
+            if depth == 0:
+                return text[open_at + 1 : i]
+    return None
+
+
+def _split_top(text: str) -> list[str]:
+    """Split at commas outside ``<>``, ``()``, ``[]`` and ``{}``."""
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        if ch in "<([{":
+            depth += 1
+        elif ch in ">)]}":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    parts.append(text[start:])
+    return parts
+
+
+def _template_params(code: str, global_at: int) -> list[tuple[str, str | None]] | None:
+    """(name, default) of each parameter of the ``template <...>`` heading the declaration at ``global_at``."""
+    head_start = max(code.rfind(";", 0, global_at), code.rfind("}", 0, global_at)) + 1
+    head = code[head_start:global_at]
+    t = re.search(r"\btemplate\s*<", head)
+    if not t:
+        return None
+    inner = _balanced(head, t.end() - 1, "<", ">")
+    if inner is None:
+        return None
+    out: list[tuple[str, str | None]] = []
+    for raw in _split_top(inner):
+        decl, _, default = raw.partition("=")
+        if "..." in decl:
+            return None  # a parameter pack: the arguments cannot be matched one to one
+        words = re.findall(r"[A-Za-z_]\w*", decl)
+        if len(words) < 2:
+            return None
+        out.append((words[-1], default.strip() or None))
+    return out
 
 
 def _strip_comments(source: str) -> str:
@@ -173,6 +267,91 @@ def _dim3(value: int | Sequence[int], what: str) -> tuple[int, int, int]:
     return tuple(int(d) for d in dims) + (1,) * (3 - len(dims))  # type: ignore[return-value]
 
 
+# numpy dtype -> struct format of one argument, padded to 8 bytes (every argument sits at an 8-aligned offset).
+_STRUCT_CODES = {
+    "float32": "f4x",
+    "float64": "d",
+    "float16": "e6x",
+    "bool": "?7x",
+    "int8": "b7x",
+    "uint8": "B7x",
+    "int16": "h6x",
+    "uint16": "H6x",
+    "int32": "i4x",
+    "uint32": "I4x",
+    "int64": "q",
+    "uint64": "Q",
+}
+
+
+class _Slow(Exception):
+    """An argument the fast path does not take as it is: pack the launch through :func:`pack_args`."""
+
+
+def _pointer_value(value: Any) -> int:
+    if isinstance(value, Buffer):
+        return value.ptr
+    cai = getattr(value, "__cuda_array_interface__", None)
+    if cai is None or type(value) is int:
+        raise _Slow
+    return int(cai["data"][0])
+
+
+def _number_check(kind: np.dtype) -> Callable[[Any], Any]:
+    """A converter taking exactly the values ``kind`` packs unchanged (struct range-checks them), else _Slow."""
+    scalar = kind.type
+    if kind.kind == "b":
+        accepted: tuple[type, ...] = (bool, scalar)
+    elif kind.kind == "f":
+        accepted = (float, int, scalar)
+    else:
+        accepted = (int, scalar)
+
+    def convert(value: Any) -> Any:
+        if type(value) in accepted:
+            return value
+        raise _Slow
+
+    return convert
+
+
+class _Layout:
+    """The packed-argument layout of one kernel signature: built once, reused by every launch.
+
+    The arguments sit at 8-byte slots of one ctypes buffer; the address table points at them. Each launch
+    converts its arguments (a Buffer's address, a Python or numpy number of the declared type) and packs
+    them with one ``struct.pack_into``; anything else (a wrong type, a value out of range, the wrong count)
+    falls back to :func:`pack_args`, which packs it or raises the :class:`LaunchArgumentError` naming the
+    parameter. Not for signatures with a parameter of unknown type (the argument decides its size).
+    """
+
+    def __init__(self, params: list[Param]) -> None:
+        self.count = len(params)
+        self.struct = struct.Struct(
+            "=" + "".join("Q" if p.kind == POINTER else _STRUCT_CODES[str(p.kind)] for p in params)
+        )
+        self.values = ctypes.create_string_buffer(max(self.struct.size, 8))
+        base = ctypes.addressof(self.values)
+        self.table = (ctypes.c_uint64 * max(self.count, 1))(*(base + 8 * i for i in range(self.count)))
+        self.table_address = ctypes.addressof(self.table)
+        self.converters = [_pointer_value if p.kind == POINTER else _number_check(p.kind) for p in params]  # type: ignore[arg-type]
+        self.lock = threading.Lock()
+
+    @staticmethod
+    def possible(params: list[Param] | None) -> bool:
+        return params is not None and all(p.kind == POINTER or str(p.kind) in _STRUCT_CODES for p in params)
+
+    def pack(self, args: Sequence[Any]) -> bool:
+        """Pack ``args`` into the buffer (hold ``lock``); False where the slow path must do it."""
+        if len(args) != self.count:
+            return False
+        try:
+            self.struct.pack_into(self.values, 0, *[c(a) for c, a in zip(self.converters, args, strict=True)])
+        except (_Slow, struct.error, OverflowError, TypeError, ValueError):
+            return False
+        return True
+
+
 class LaunchContext(Protocol):
     """What a launch needs: the driver, a default stream, loaded functions, and a hook before each launch."""
 
@@ -196,6 +375,7 @@ class Kernel:
         self._ctx = ctx
         self.compiled = compiled
         self.params = params
+        self._layout = _Layout(params) if params is not None and _Layout.possible(params) else None
 
     @property
     def name(self) -> str:
@@ -212,12 +392,25 @@ class Kernel:
         shared_mem: int = 0,
         stream: Any = None,
     ) -> None:
-        """Queue the kernel on jetmem's stream (or ``stream``); returns without waiting."""
-        g, b = _dim3(grid, f"kernel {self.name!r} grid"), _dim3(block, f"kernel {self.name!r} block")
-        holders, addresses = pack_args(self.name, args, self.params)
+        """Queue the kernel on jetmem's stream (or ``stream``); returns without waiting.
+
+        The arguments are checked against the kernel's parameters before anything is queued; a wrong
+        count, type or value raises :class:`LaunchArgumentError` naming the parameter.
+        """
+        g = (grid, 1, 1) if type(grid) is int and grid > 0 else _dim3(grid, f"kernel {self.name!r} grid")
+        b = (block, 1, 1) if type(block) is int and block > 0 else _dim3(block, f"kernel {self.name!r} block")
         ctx = self._ctx
-        func = ctx.function(self.compiled)
         target = stream if stream is not None else ctx.stream
+        layout = self._layout
+        if layout is not None:
+            with layout.lock:  # one argument buffer per kernel: cuLaunchKernel copies it before returning
+                if layout.pack(args):
+                    func = ctx.function(self.compiled)
+                    ctx.before_launch(target)
+                    ctx.drv.launch_kernel(func, g, b, shared_mem, target, layout.table_address)
+                    return
+        holders, addresses = pack_args(self.name, args, self.params)
+        func = ctx.function(self.compiled)
         ctx.before_launch(target)
         ctx.drv.launch_kernel(func, g, b, shared_mem, target, addresses.ctypes.data)
         del holders

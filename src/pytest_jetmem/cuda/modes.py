@@ -144,10 +144,34 @@ def parse_mode_list(text: str, source: str) -> tuple[str, ...]:
     return names
 
 
-def host_available_bytes(meminfo: str = "/proc/meminfo") -> int | None:
-    """MemAvailable in bytes, or None where it cannot be read."""
+#: /proc/meminfo under ``$JETMEM_SYSROOT`` when it is set (recorded trees in tests), else under ``/``.
+SYSROOT_ENV = "JETMEM_SYSROOT"
+
+
+def meminfo_path() -> str:
+    """Where ``meminfo`` is read: ``$JETMEM_SYSROOT/proc/meminfo``, else ``/proc/meminfo``."""
+    return os.path.join(os.environ.get(SYSROOT_ENV) or "/", "proc/meminfo")
+
+
+def read_meminfo(meminfo: str | None = None) -> dict[str, int]:
+    """The ``kB`` fields of ``meminfo`` in bytes (``{"MemTotal": ..., ...}``); empty where it cannot be read."""
+    out: dict[str, int] = {}
     try:
-        with open(meminfo) as fh:
+        with open(meminfo or meminfo_path()) as fh:
+            for line in fh:
+                key, _, rest = line.partition(":")
+                parts = rest.split()
+                if len(parts) == 2 and parts[1] == "kB" and parts[0].isdigit():
+                    out[key.strip()] = int(parts[0]) * 1024
+    except (OSError, UnicodeDecodeError):
+        return {}
+    return out
+
+
+def host_available_bytes(meminfo: str | None = None) -> int | None:
+    """MemAvailable in bytes (``meminfo``: :func:`meminfo_path`), or None where it cannot be read."""
+    try:
+        with open(meminfo or meminfo_path()) as fh:
             for line in fh:
                 if line.startswith("MemAvailable:"):
                     return int(line.split()[1]) * 1024
@@ -157,3 +181,41 @@ def host_available_bytes(meminfo: str = "/proc/meminfo") -> int | None:
         return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (ValueError, OSError):
         return None
+
+
+def tegra_allocatable_estimate(fields: dict[str, int]) -> int | None:
+    """The CUDA for Tegra app note's estimate of the memory an integrated GPU can still allocate; None if unknown.
+
+    From section "Estimating Total Allocatable Device Memory on an Integrated GPU Device" (``cuMemGetInfo`` leaves
+    out swap there): host allocated = (MemTotal - MemFree) - device allocated (``NvMapMemUsed``, 0 where the
+    kernel does not report it); below SwapFree the device may have MemTotal - device allocated, else MemTotal -
+    (host allocated - SwapFree). ``fields`` is :func:`read_meminfo`'s result.
+    """
+    try:
+        total, free, swap_free = fields["MemTotal"], fields["MemFree"], fields["SwapFree"]
+    except KeyError:
+        return None
+    device_allocated = fields.get("NvMapMemUsed", 0)
+    host_allocated = max((total - free) - device_allocated, 0)
+    if host_allocated < swap_free:
+        return max(total - device_allocated, 0)
+    return max(total - (host_allocated - swap_free), 0)
+
+
+def integrated_allocatable_bytes(cu_free: int, meminfo: str | None = None) -> tuple[int | None, str]:
+    """(the most an integrated GPU's allocation may take now, where that figure came from).
+
+    The largest of ``cuMemGetInfo``'s free memory, ``MemAvailable`` and :func:`tegra_allocatable_estimate`; None
+    (never refuse) where ``meminfo`` cannot be read, since ``cuMemGetInfo`` alone under-reports on Tegra.
+    """
+    fields = read_meminfo(meminfo)
+    estimate = tegra_allocatable_estimate(fields)
+    if estimate is None:
+        return None, "meminfo unreadable"
+    candidates = [
+        (estimate, "the CUDA for Tegra app note's estimate from MemTotal, MemFree, SwapFree and NvMapMemUsed"),
+        (fields.get("MemAvailable", 0), "MemAvailable"),
+        (cu_free, "cuMemGetInfo"),
+    ]
+    best, source = max(candidates, key=lambda c: c[0])
+    return best, f"integrated GPU sharing system memory: {source}"

@@ -16,7 +16,14 @@ from typing import Any
 import numpy as np
 
 from pytest_jetmem.cuda import bundled
-from pytest_jetmem.cuda.compiler import CompiledKernel, KernelCache, compile_kernel
+from pytest_jetmem.cuda.compiler import (
+    CompiledKernel,
+    KernelCache,
+    Options,
+    compile_kernel,
+    normalize_include_dirs,
+    normalize_options,
+)
 from pytest_jetmem.cuda.device import Device, open_device
 from pytest_jetmem.cuda.driver import MEMHOSTALLOC_DEVICEMAP, MEMHOSTALLOC_PORTABLE
 from pytest_jetmem.cuda.launch import Kernel, LaunchContext, parse_signature
@@ -28,13 +35,29 @@ BLOCKER_KERNEL = "jetmem_block_stream"
 class CudaSession:
     """Session-wide CUDA state: the open device, the compile cache and the loaded modules."""
 
-    def __init__(self, device: Device, cache: KernelCache | None, compile_options: Sequence[str] = ()) -> None:
+    def __init__(
+        self,
+        device: Device,
+        cache: KernelCache | None,
+        compile_options: Sequence[str] = (),
+        *,
+        include_dirs: Sequence[str | Path] = (),
+        archs: Sequence[str] = (),
+    ) -> None:
+        """``include_dirs``: searched by every compile after its own (the ini key ``jetmem_include_dirs``).
+        ``archs``: the architectures every kernel is compiled for; the first is the one loaded (default:
+        the device's). A session on a machine without a GPU compiles for several (``--jetmem-arch``).
+        """
         self.device = device
         self.cache = cache
         self.compile_options = tuple(compile_options)
+        self.include_dirs = tuple(str(d) for d in include_dirs)
+        self.archs = tuple(archs) or (device.info.arch,)
+        #: The name of every kernel asked for through :meth:`compiled`, memo hits included (not the stream blocker).
+        self.compile_requests: list[str] = []
         self._l2_scratch: int | None = None
         self._functions: dict[str, tuple[int, Any, Any]] = {}  # key -> (generation, module, function)
-        self._compiled: dict[tuple[str, str, tuple[str, ...]], CompiledKernel] = {}
+        self._compiled: dict[tuple[str, str, tuple[str, ...], tuple[str, ...]], CompiledKernel] = {}
         self._blocker: StreamBlocker | None = None
 
     @property
@@ -45,14 +68,31 @@ class CudaSession:
     def stream(self) -> Any:
         return self.device.stream
 
-    def compiled(self, source: str, name: str, options: Sequence[str], filename: str | None = None) -> CompiledKernel:
-        """``name`` from ``source`` compiled for this device (memoised here, cached on disk)."""
-        opts = (*self.compile_options, *options)
-        key = (source, name, opts)
+    def compiled(
+        self,
+        source: str,
+        name: str,
+        options: Options = (),
+        filename: str | None = None,
+        include_dirs: str | Path | Sequence[str | Path] = (),
+    ) -> CompiledKernel:
+        """``name`` from ``source`` compiled for every architecture of :attr:`archs` (memoised here, cached on
+        disk); returns the first architecture's, the one loaded. ``include_dirs`` are searched before the
+        session's. A compile error for any architecture raises :class:`~pytest_jetmem.errors.CompileError`.
+        """
+        opts = (*self.compile_options, *normalize_options(options))
+        dirs = tuple(dict.fromkeys((*normalize_include_dirs(include_dirs), *self.include_dirs)))
+        if name != BLOCKER_KERNEL:
+            self.compile_requests.append(name)
+        key = (source, name, opts, dirs)
         if key not in self._compiled:
-            self._compiled[key] = compile_kernel(
-                source, name, self.device.info.arch, opts, cache=self.cache, drv=self.drv, filename=filename
-            )
+            builds = [
+                compile_kernel(
+                    source, name, arch, opts, cache=self.cache, drv=self.drv, filename=filename, include_dirs=dirs
+                )
+                for arch in self.archs
+            ]
+            self._compiled[key] = builds[0]
         return self._compiled[key]
 
     def function(self, compiled: CompiledKernel) -> Any:

@@ -2,7 +2,8 @@
 
 The CUDA layer's per-test object. It allocates through a :class:`~pytest_jetmem.cuda.session.CudaSession`,
 owns every buffer it allocates (all freed by :meth:`Workspace.close`), launches on the session's stream
-and tells its observers (Tegra-strict mode) about launches, synchronisations, attachments and host access.
+and tells its observers (Tegra-strict mode) about allocations, the GPU work it queues (kernel launches, memsets,
+copies), synchronisations, attachments and host access.
 The ``jetmem`` handle (:class:`pytest_jetmem.handle.Jetmem`) is a workspace plus measurement and correctness
 helpers; nothing in this layer refers to it.
 """
@@ -22,16 +23,28 @@ from pytest_jetmem.cuda.buffer import Buffer
 from pytest_jetmem.cuda.compiler import CompiledKernel
 from pytest_jetmem.cuda.device import DeviceInfo
 from pytest_jetmem.cuda.launch import Kernel, parse_signature
-from pytest_jetmem.cuda.modes import Allocation, MemoryMode, get_mode, host_available_bytes
+from pytest_jetmem.cuda.modes import (
+    Allocation,
+    MemoryMode,
+    get_mode,
+    host_available_bytes,
+    integrated_allocatable_bytes,
+)
 from pytest_jetmem.cuda.session import CudaSession, open_session
 from pytest_jetmem.errors import AllocationRefused, CudaError, CudaUnavailable
 
+#: The kinds of GPU work a workspace reports to :meth:`WorkObserver.queued`.
+KERNEL, MEMSET, COPY = "kernel", "memset", "copy"
+
 
 class WorkObserver(Protocol):
-    """Told about a workspace's GPU work and asked before host access (Tegra-strict mode is one)."""
+    """Told about a workspace's allocations and GPU work, asked before host access (Tegra-strict mode is one)."""
 
-    def launched(self, stream: Any = None) -> None:
-        """Work was queued on ``stream``."""
+    def allocated(self, buf: Buffer) -> None:
+        """``buf`` was just allocated (no work has touched it yet)."""
+
+    def queued(self, stream: Any, what: str) -> None:
+        """GPU work of kind ``what`` (:data:`KERNEL`, :data:`MEMSET`, :data:`COPY`) was queued on ``stream``."""
 
     def synchronized(self, stream: Any = None) -> None:
         """``stream`` finished its work, as far as the host knows."""
@@ -83,7 +96,7 @@ class Workspace:
         return f"<jetmem {self.mode} on {self.device.name}: {len(self.live_buffers())} live buffers>"
 
     def add_observer(self, observer: WorkObserver) -> None:
-        """Tell ``observer`` about this workspace's launches, synchronisations, attachments and host access."""
+        """Tell ``observer`` about this workspace's allocations, work, synchronisations, attachments, host access."""
         self.observers.append(observer)
 
     # -- allocation --------------------------------------------------------------------------------
@@ -93,14 +106,16 @@ class Workspace:
         if any(s < 0 for s in shp):
             raise ValueError(f"{self.nodeid}: jetmem.empty: shape must be non-negative, got {shape!r}")
         dt = np.dtype(dtype)
-        if dt.hasobject or dt.itemsize == 0:
-            raise TypeError(f"{self.nodeid}: jetmem.empty: dtype {dt} cannot live in GPU memory")
+        if dt.hasobject or dt.itemsize == 0 or dt.kind in "USMm":  # objects, text, dates: no kernel reads them
+            raise TypeError(f"{self.nodeid}: jetmem.empty: dtype {dt} cannot live in GPU memory; use a numeric dtype")
         memmode = get_mode(mode) if mode else self._mode
         nbytes = int(np.prod(shp)) * dt.itemsize
         alloc = self._allocate(memmode, nbytes)
         buf = Buffer(self, memmode, alloc, shp, dt)
         self.buffers.append(buf)
         self.allocated_bytes += nbytes
+        for observer in self.observers:
+            observer.allocated(buf)
         return buf
 
     def zeros(self, shape: int | Sequence[int], dtype: Any = np.float32, mode: str | None = None) -> Buffer:
@@ -120,18 +135,29 @@ class Workspace:
 
     def _allocate(self, memmode: MemoryMode, nbytes: int) -> Allocation:
         size = max(nbytes, 1)  # a zero-byte buffer still gets an address
-        if memmode.pool == "host":
-            free = host_available_bytes()
-            where = "host memory available (MemAvailable)"
-        else:
-            free = self.session.device.free_memory()
-            where = "device memory free (cuMemGetInfo)"
-        if free is not None and size > free:
+        limit, where = self.allocatable(memmode)
+        if limit is not None and size > limit:
             raise AllocationRefused(
-                f"{self.nodeid}: refused to allocate {size} bytes of {memmode.name} memory: only {free} bytes of "
-                f"{where}; a larger request could hang the GPU"
+                f"{self.nodeid}: refused to allocate {size} bytes of {memmode.name} memory: only {limit} bytes "
+                f"can be allocated ({where}). Allocate less, or skip the test where the device has less memory "
+                "(jetmem.device.total_mem)"
             )
         return memmode.allocate(self.drv, size)
+
+    def allocatable(self, memmode: MemoryMode) -> tuple[int | None, str]:
+        """How many bytes an allocation in ``memmode`` may take now (None: unknown, never refused), and why.
+
+        A discrete GPU: ``cuMemGetInfo``'s free memory for device and managed memory, ``MemAvailable`` for
+        pinned host memory. An integrated GPU (Jetson) shares the system's DRAM, where ``cuMemGetInfo`` leaves
+        out swap and what the OS can reclaim: the most of ``cuMemGetInfo``, ``MemAvailable`` and the CUDA for
+        Tegra app note's estimate (:func:`~pytest_jetmem.cuda.modes.integrated_allocatable_bytes`), for every mode; an
+        allocation that estimate allows is never refused.
+        """
+        if self.device.integrated:
+            return integrated_allocatable_bytes(self.session.device.free_memory())
+        if memmode.pool == "host":
+            return host_available_bytes(), "host memory available, MemAvailable"
+        return self.session.device.free_memory(), "device memory free, cuMemGetInfo"
 
     def live_buffers(self) -> list[Buffer]:
         return [b for b in self.buffers if not b.freed]
@@ -144,21 +170,42 @@ class Workspace:
 
     # -- device-side operations --------------------------------------------------------------------
     def memset(self, buf: Buffer, value: int) -> None:
-        """Queue ``cuMemsetD8`` of every byte of ``buf`` to ``value`` on the stream."""
+        """Queue ``cuMemsetD8`` of every byte of ``buf`` to ``value`` on the stream (observers: GPU work)."""
         if buf.nbytes:
             self.drv.memset_d8(buf.ptr, value, buf.nbytes, self.stream)
+            self.queued(self.stream, MEMSET)
 
     def copy(self, dst: Buffer, src: Buffer) -> None:
-        """Queue a device-side copy of ``src`` into ``dst`` (cuMemcpyDtoDAsync; any modes)."""
+        """Queue a device-side copy of ``src`` into ``dst`` (cuMemcpyDtoDAsync; any modes; observers: GPU work)."""
         if dst.nbytes != src.nbytes:
             raise ValueError(f"{self.nodeid}: jetmem.copy: {src!r} and {dst!r} differ in size")
         if src.nbytes:
             self.drv.memcpy_dtod(dst.ptr, src.ptr, src.nbytes, self.stream)
+            self.queued(self.stream, COPY)
+
+    def queued(self, stream: Any, what: str) -> None:
+        """Observers learn that GPU work of kind ``what`` was queued on ``stream`` (also for work queued on the
+        driver directly, e.g. by the timing code, so Tegra-strict mode sees it)."""
+        for observer in self.observers:
+            observer.queued(stream, what)
 
     # -- kernels -----------------------------------------------------------------------------------
-    def compile(self, source: str, name: str, options: Sequence[str] = ()) -> Kernel:
-        """Compile ``name`` from CUDA ``source`` with NVRTC for this device (cached on disk)."""
-        compiled = self.session.compiled(source, name, tuple(options))
+    def compile(
+        self,
+        source: str,
+        name: str,
+        options: str | Sequence[str] = (),
+        include_dirs: str | Path | Sequence[str | Path] = (),
+    ) -> Kernel:
+        """Compile ``name`` from CUDA ``source`` with NVRTC for this device (cached on disk).
+
+        ``name``: an ``extern "C"`` name or a C++ name expression (``saxpy<float>``); plain Python numbers
+        passed to the kernel take the types of the instantiated signature. ``options``: one string (split
+        as a shell would: ``"-lineinfo -DN=4"``) or a sequence of NVRTC options. ``include_dirs``: your
+        header directories, searched first, then the ini key ``jetmem_include_dirs``, then the CUDA
+        headers (found without help: the header wheels, ``$CUDA_HOME``, ``/usr/local/cuda``).
+        """
+        compiled = self.session.compiled(source, name, options, include_dirs=include_dirs)
         return Kernel(self, compiled, parse_signature(source, name))
 
     def kernel(self, name: str) -> Kernel:
@@ -179,9 +226,8 @@ class Workspace:
         return self.session.function(compiled)
 
     def before_launch(self, stream: Any = None) -> None:
-        """Launch bookkeeping: observers learn that ``stream`` has work."""
-        for observer in self.observers:
-            observer.launched(stream)
+        """Launch bookkeeping: observers learn that a kernel is queued on ``stream``."""
+        self.queued(stream, KERNEL)
 
     def check_host_access(self, buf: Buffer) -> None:
         """Called before host access through a buffer's API (an observer may refuse it)."""

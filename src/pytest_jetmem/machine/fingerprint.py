@@ -1,7 +1,9 @@
 """The machine a measurement was taken on, and the fields whose change makes timings incomparable.
 
 A baseline records a :class:`Machine`; comparing with one from another fingerprint is never silent.
-:func:`machine_of` builds one from the device facts and the Jetson state.
+:func:`machine_of` builds one from the device facts and the Jetson state; the Jetson state is recorded only for
+the Jetson's own GPU (``INTEGRATED=1``). A Jetson fact that could not be read (in a container without the
+bind mounts, say) is recorded as unknown, never guessed, and a comparison names it.
 """
 
 from __future__ import annotations
@@ -11,10 +13,10 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from pytest_jetmem.cuda.device import DeviceInfo
-from pytest_jetmem.machine.jetson import JetsonState
+from pytest_jetmem.machine.jetson import JetsonState, for_device
 from pytest_jetmem.validate import expect, is_int
 
-__all__ = ["FINGERPRINT_FIELDS", "Machine", "machine_of"]
+__all__ = ["FINGERPRINT_FIELDS", "JETSON_SOURCES", "Machine", "machine_of"]
 
 #: Machine fields whose change makes timings incomparable.
 FINGERPRINT_FIELDS = (
@@ -25,6 +27,13 @@ FINGERPRINT_FIELDS = (
     "nvpmodel_mode",
     "clocks_locked",
 )
+
+#: Where each Jetson fingerprint field is read from (relative to ``/``): what a container must bind-mount.
+JETSON_SOURCES: dict[str, str] = {
+    "l4t_release": "/etc/nv_tegra_release",
+    "nvpmodel_mode": "/var/lib/nvpmodel/status and /etc/nvpmodel.conf",
+    "clocks_locked": "the GPU's devfreq node under /sys/class/devfreq",
+}
 
 
 @dataclass(frozen=True)
@@ -42,11 +51,17 @@ class Machine:
     gpu_max_freq_hz: int | None = None
     emc_freq_hz: int | None = None
     clocks_locked: bool | None = None
+    #: Jetson fingerprint fields that could not be read on this Jetson (None there means unknown, not "no Jetson").
+    unknown: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
-            if f.name in ("device_name", "compute_capability"):
+            if f.name == "unknown":
+                ok = isinstance(value, (list, tuple)) and all(v in JETSON_SOURCES for v in value)
+                expect(ok, "machine.unknown", value, f"a list of {', '.join(JETSON_SOURCES)}")
+                object.__setattr__(self, f.name, tuple(value))
+            elif f.name in ("device_name", "compute_capability"):
                 expect(isinstance(value, str) and value != "", f"machine.{f.name}", value, "a non-empty str")
             elif f.name == "driver_version":
                 expect(is_int(value), "machine.driver_version", value, "an int")
@@ -62,7 +77,9 @@ class Machine:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain dict of every field (JSON-ready)."""
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        out["unknown"] = list(self.unknown)
+        return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Machine:
@@ -82,16 +99,37 @@ class Machine:
     def mismatches(self, other: Machine) -> list[str]:
         """Human-readable fingerprint differences, this machine's value first.
 
-        ``["device_name: 'Orin' != 'NVIDIA H100 80GB HBM3'"]``; empty when the timings are comparable.
+        ``["device_name: 'Orin' != 'NVIDIA H100 80GB HBM3'"]``; a value that could not be read is named as such
+        (``"nvpmodel_mode: 'MAXN' != unknown (not readable on the other machine: /var/lib/nvpmodel/status and
+        /etc/nvpmodel.conf)"``). Empty when the timings are comparable.
         """
         mine, theirs = self.fingerprint(), other.fingerprint()
-        return [f"{k}: {mine[k]!r} != {theirs[k]!r}" for k in FINGERPRINT_FIELDS if mine[k] != theirs[k]]
+        return [
+            f"{k}: {self._shown(k, 'this machine')} != {other._shown(k, 'the other machine')}"
+            for k in FINGERPRINT_FIELDS
+            if mine[k] != theirs[k]
+        ]
+
+    def _shown(self, name: str, where: str) -> str:
+        value = getattr(self, name)
+        if value is None and name in self.unknown:
+            return f"unknown (not readable on {where}: {JETSON_SOURCES[name]})"
+        if value is None and name in JETSON_SOURCES:
+            return "None (no Jetson)"
+        return repr(value)
 
 
 def machine_of(info: DeviceInfo, jetson: JetsonState | None = None) -> Machine:
-    """The machine record of an open device and, on a Jetson, its power state."""
-    js = jetson or JetsonState()
+    """The machine record of an open device and, where it is a Jetson's integrated GPU, its power state.
+
+    The Jetson state is recorded only for a device with ``INTEGRATED=1``; on a Jetson, the fingerprint's Jetson
+    fields that could not be read are listed in :attr:`Machine.unknown`.
+    """
+    js = for_device(jetson or JetsonState(), info.integrated)
     nvrtc = ".".join(map(str, info.nvrtc_version)) if info.nvrtc_version else None
+    mode = js.nvpmodel_name or (str(js.nvpmodel_id) if js.nvpmodel_id is not None else None)
+    values = {"l4t_release": js.l4t_release, "nvpmodel_mode": mode, "clocks_locked": js.clocks_locked}
+    unknown = tuple(k for k, v in values.items() if v is None) if js.is_jetson else ()
     return Machine(
         device_name=info.name,
         compute_capability=".".join(map(str, info.compute_capability)),
@@ -99,9 +137,10 @@ def machine_of(info: DeviceInfo, jetson: JetsonState | None = None) -> Machine:
         cuda_bindings_version=info.bindings_version or None,
         nvrtc_version=nvrtc,
         l4t_release=js.l4t_release,
-        nvpmodel_mode=js.nvpmodel_name or (str(js.nvpmodel_id) if js.nvpmodel_id is not None else None),
+        nvpmodel_mode=mode,
         gpu_cur_freq_hz=js.gpu_cur_freq_hz,
         gpu_max_freq_hz=js.gpu_max_freq_hz,
         emc_freq_hz=js.emc_freq_hz,
         clocks_locked=js.clocks_locked,
+        unknown=unknown,
     )

@@ -13,7 +13,8 @@ Files read, relative to ``root`` (the sources each fact was taken from are cited
 - ``var/lib/nvpmodel/status`` (``pmode:0002 ...``) and ``etc/nvpmodel.conf``
   (``< POWER_MODEL ID=2 NAME=30W >``, ``< PM_CONFIG DEFAULT=2 >``, ``GPU MAX_FREQ ...``).
 - ``sys/class/devfreq/<gpu>/{cur_freq,min_freq,max_freq,available_frequencies,governor}``.
-- ``sys/class/devfreq/bwmgr/cur_freq`` (Thor) or ``sys/kernel/debug/...emc...`` (root only): the EMC.
+- ``sys/class/devfreq/bwmgr/cur_freq`` or ``sys/devices/platform/bwmgr/devfreq/bwmgr/cur_freq`` (the bwmgr
+  devfreq node: Thor, and Orin on Jetson Linux R39), else ``sys/kernel/debug/...emc...`` (root only): the EMC.
 - ``sys/class/thermal/thermal_zone*/{type,temp}`` and ``sys/class/thermal/cooling_device*/{type,cur_state}``.
 - ``sys/class/hwmon/hwmon*/`` named ``soctherm_oc``: ``oc<N>_event_cnt`` over-current throttle counters.
 - ``sys/module/tegra_fuse/parameters/tegra_chip_id``, else ``sys/devices/soc*/soc_id``, else
@@ -31,7 +32,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CHIP_NAMES", "JetsonState", "read_jetson_state", "timing_warnings"]
+__all__ = ["CHIP_NAMES", "JetsonState", "for_device", "read_jetson_state", "read_jetson_state_for", "timing_warnings"]
 
 # Tegra chip ids, from the Linux kernel's include/soc/tegra/fuse.h (TEGRA210 0x21, TEGRA186 0x18,
 # TEGRA194 0x19, TEGRA234 0x23, TEGRA241 0x24, TEGRA264 0x26). The tegra_fuse module parameter
@@ -324,14 +325,16 @@ def _clocks_locked(min_hz: int | None, max_hz: int | None, governor: str | None)
 
 # The EMC (DRAM) clock. Sources, in order (jetson-stats jtop/core/memory.py read_emc and NVIDIA's
 # jetson_clocks do_emc):
-#  - /sys/class/devfreq/bwmgr/cur_freq: Thor exposes the EMC through devfreq; devfreq attributes
-#    are world-readable, so this works without root.
+#  - the bwmgr devfreq node, /sys/class/devfreq/bwmgr (a link to /sys/devices/platform/bwmgr/devfreq/bwmgr,
+#    read there too where /sys/class is not populated): Thor exposes the EMC through it, and so does Orin on
+#    Jetson Linux R39; devfreq attributes are world-readable, so this works without root wherever it exists.
 #  - any other devfreq node named *emc* (upstream kernels' tegra EMC devfreq).
 #  - /sys/kernel/debug/bpmp/debug/clk/emc/rate (Xavier, Orin), /sys/kernel/debug/clk/emc/clk_rate
 #    (TX2), /sys/kernel/debug/clk/override.emc/clk_rate (TX1/Nano): debugfs, mode 0700 root, so
 #    readable only when running as root.
-# On Xavier and Orin without root no EMC clock is readable (/sys/kernel/actmon_avg_activity/mc_all is
-# a utilisation counter, not a clock): emc_freq_hz is then None.
+# Without a bwmgr node (Xavier; Orin before R39) and without root no EMC clock is readable
+# (/sys/kernel/actmon_avg_activity/mc_all is a utilisation counter, not a clock): emc_freq_hz is then None.
+_BWMGR_NODES = ("sys/class/devfreq/bwmgr", "sys/devices/platform/bwmgr/devfreq/bwmgr")
 _EMC_DEBUGFS = (
     "sys/kernel/debug/bpmp/debug/clk/emc/rate",
     "sys/kernel/debug/clk/emc/clk_rate",
@@ -341,7 +344,7 @@ _EMC_DEBUGFS = (
 
 def _read_emc(root: Path) -> int | None:
     devfreq = root / "sys/class/devfreq"
-    candidates = [devfreq / "bwmgr"] + [n for n in _list_dir(devfreq) if "emc" in n.name.lower()]
+    candidates = [root / rel for rel in _BWMGR_NODES] + [n for n in _list_dir(devfreq) if "emc" in n.name.lower()]
     for node in candidates:
         hz = _read_int(node / "cur_freq")
         if hz is not None and hz > 0:
@@ -477,6 +480,20 @@ def read_jetson_state(root: Path | str = Path("/")) -> JetsonState:
         return _read_state(Path(root))
     except Exception:  # a reader of optional files must never fail the test session
         return JetsonState()
+
+
+def for_device(state: JetsonState, integrated: bool | None) -> JetsonState:
+    """``state`` where the selected device is the Jetson's own GPU (``INTEGRATED=1``), else an empty state.
+
+    A Jetson's power mode, clocks and throttling describe its integrated GPU: a discrete GPU (on a Jetson's PCIe
+    slot, or any desktop) and a device not probed yet (``None``) get nothing recorded or warned about.
+    """
+    return state if integrated is True else JetsonState()
+
+
+def read_jetson_state_for(integrated: bool | None, root: Path | str = Path("/")) -> JetsonState:
+    """:func:`read_jetson_state` for the selected device: read only where it is integrated (see :func:`for_device`)."""
+    return read_jetson_state(root) if integrated is True else JetsonState()
 
 
 def _read_state(root: Path) -> JetsonState:

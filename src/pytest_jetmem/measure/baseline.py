@@ -1,6 +1,9 @@
 """Stored baselines: the timing samples of a named run, with the machine they were measured on.
 
-One baseline is one JSON file (UTF-8), ``<directory>/<name>.json``, format version 1::
+One baseline is one JSON file (UTF-8), ``<directory>/<name>.json``, format version 1. A name is 1-100 letters,
+digits, '.', '_' or '-', with '/' between parts (a branch: ``feature/foo``), no part empty or starting with '.';
+each '/' is written ``%2F`` in the file name (``feature%2Ffoo.json``), so every file is directly in the
+directory and no name can reach outside it::
 
     {
       "format": "pytest-jetmem-baseline",      identifies the file; anything else is refused
@@ -80,7 +83,15 @@ __all__ = [
 FORMAT = "pytest-jetmem-baseline"
 VERSION = 1
 
-_NAME_RE = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,99}")
+#: One part of a baseline name: letters, digits, '.', '_', '-', not starting with '.' (so never '.' or '..').
+_PART = r"[A-Za-z0-9_-][A-Za-z0-9._-]*"
+#: A baseline name: parts joined by '/' (branch-like: ``feature/foo``), 1-100 characters in all.
+_NAME_RE = re.compile(rf"(?=.{{1,100}}$){_PART}(?:/{_PART})*")
+#: What a '/' of a name becomes in its file name: '%' is no character of a name, so the mapping is one to one.
+SLASH = "%2F"
+NAME_RULES = (
+    "1-100 letters, digits, '.', '_' or '-', with '/' between parts (feature/foo); no part empty or starting with '.'"
+)
 
 
 def entry_key(nodeid: str, mode: str, scope: str) -> str:
@@ -102,6 +113,8 @@ class Entry:
     runs: tuple[tuple[float, ...], ...] = ()
     #: The session that measured each run (parallel to :attr:`run_samples`); empty: all from one session.
     run_sessions: tuple[str, ...] = ()
+    #: The SM clock (MHz) while the newest session measured, where NVML could tell (None: unknown).
+    sm_mhz: float | None = None
 
     def __post_init__(self) -> None:
         for name in ("nodeid", "mode", "scope"):
@@ -129,6 +142,9 @@ class Entry:
             n_runs = len(self.run_samples)
             expect(len(sessions) == n_runs, "run_sessions", sessions, f"one session per run ({n_runs})")
         object.__setattr__(self, "run_sessions", sessions)
+        if self.sm_mhz is not None:
+            expect(is_number(self.sm_mhz) and self.sm_mhz > 0, "sm_mhz", self.sm_mhz, "a clock in MHz or None")
+            object.__setattr__(self, "sm_mhz", float(self.sm_mhz))
         fc = self.first_call_ms
         if fc is not None:
             expect(is_number(fc) and math.isfinite(fc) and fc >= 0, "first_call_ms", fc, "a duration or None")
@@ -170,6 +186,7 @@ class Entry:
             "summary": self.summary.to_dict(),
             **({"runs": [list(r) for r in self.runs]} if self.runs else {}),
             **({"run_sessions": list(self.run_sessions)} if self.run_sessions else {}),
+            **({"sm_mhz": self.sm_mhz} if self.sm_mhz is not None else {}),
         }
 
     @classmethod
@@ -189,6 +206,7 @@ class Entry:
             unit=data.get("unit", "ms"),
             runs=tuple(data.get("runs") or ()),
             run_sessions=tuple(data.get("run_sessions") or ()),
+            sm_mhz=data.get("sm_mhz"),
         )
 
 
@@ -290,6 +308,7 @@ def _append_runs(old: Entry, new: Entry, old_session: str, new_session: str, win
         first_call_ms=new.first_call_ms,
         runs=tuple(run for _, run in pairs),
         run_sessions=tuple(s for s, _ in pairs),
+        sm_mhz=new.sm_mhz,
     )
 
 
@@ -315,6 +334,7 @@ def _without_session(entry: Entry, session: str, file_session: str) -> Entry | N
         first_call_ms=entry.first_call_ms,
         runs=tuple(run for _, run in kept),
         run_sessions=tuple(s for s, _ in kept),
+        sm_mhz=entry.sm_mhz,
     )
 
 
@@ -324,16 +344,19 @@ class BaselineStore:
     def __init__(self, directory: str | os.PathLike[str]) -> None:
         self.directory = Path(directory)
 
-    def path(self, name: str) -> Path:
-        """The file of baseline ``name``.
-
-        ValueError unless the name is 1-100 of ``A-Za-z0-9._-`` and does not start with a dot.
-        """
+    @staticmethod
+    def check_name(name: str) -> str:
+        """``name`` if it is a valid baseline name (:data:`NAME_RULES`), else ValueError saying the rules."""
         if not isinstance(name, str) or not _NAME_RE.fullmatch(name):
-            raise ValueError(
-                f"invalid baseline name {name!r}: use 1-100 letters, digits, '.', '_' or '-', not starting with '.'"
-            )
-        return self.directory / f"{name}.json"
+            raise ValueError(f"invalid baseline name {name!r}: use {NAME_RULES}")
+        return name
+
+    def path(self, name: str) -> Path:
+        """The file of baseline ``name``: ``<directory>/<name>.json``, each '/' of the name written as ``%2F``.
+
+        The file is always directly in the directory (ValueError for a name that breaks :data:`NAME_RULES`).
+        """
+        return self.directory / f"{self.check_name(name).replace('/', SLASH)}.json"
 
     def exists(self, name: str) -> bool:
         """Whether baseline ``name`` has a file."""
@@ -343,11 +366,8 @@ class BaselineStore:
         """Sorted names of the baselines in the directory (empty if it does not exist)."""
         if not self.directory.is_dir():
             return []
-        return sorted(
-            p.name[: -len(".json")]
-            for p in self.directory.iterdir()
-            if p.name.endswith(".json") and _NAME_RE.fullmatch(p.name[: -len(".json")]) and p.is_file()
-        )
+        stems = (p.name[: -len(".json")] for p in self.directory.iterdir() if p.name.endswith(".json") and p.is_file())
+        return sorted(name for name in (stem.replace(SLASH, "/") for stem in stems) if _NAME_RE.fullmatch(name))
 
     def load(self, name: str) -> Baseline:
         """Read and check baseline ``name``; BaselineError naming the file (BaselineNotFound if missing)."""

@@ -268,9 +268,9 @@ def compare_sessions(
     cur_runs = [_as_array(r) for r in current_runs]
     if not sessions or not cur_runs:
         raise ValueError("compare_sessions needs at least one baseline session and one current run")
-    if len(sessions) < min_sessions:
+    if len(sessions) < max(min_sessions, 2):  # one session has no spread between sessions to measure
         cmp = compare_runs([r for s in sessions for r in s], cur_runs, threshold_pct, confidence, alpha)
-        if cmp.verdict is Verdict.UNCHANGED:
+        if cmp.verdict is Verdict.UNCHANGED or len(sessions) >= min_sessions:
             return cmp
         more = min_sessions - len(sessions)
         held = f"{len(sessions)} session{'s' if len(sessions) != 1 else ''}"

@@ -23,16 +23,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from pytest_jetmem.errors import JetmemError
+from pytest_jetmem.errors import DuetError
 
 __all__ = ["BASE", "CHANGE", "Duet", "DuetError", "make_channel"]
 
 BASE, CHANGE = 0, 1
 DEFAULT_TIMEOUT_S = 600.0
-
-
-class DuetError(JetmemError):
-    """The other side of ``--jetmem-against`` stopped answering, or spoke out of turn."""
 
 
 def make_channel(folder: str | os.PathLike[str]) -> Path:

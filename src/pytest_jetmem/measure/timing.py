@@ -25,6 +25,7 @@ from pytest_jetmem.measure.stats import StoppingRule, Summary, summarize
 
 if TYPE_CHECKING:
     from pytest_jetmem.cuda.buffer import Buffer
+    from pytest_jetmem.cuda.driver import ClockState
     from pytest_jetmem.cuda.workspace import Workspace
     from pytest_jetmem.measure.duet import Duet
 
@@ -55,6 +56,13 @@ class Measurement:
     span: tuple[float, float] | None = None
     #: Under ``--jetmem-against``: the samples of each round taken in turns with the other side, per run.
     run_rounds: list[list[list[float]]] = field(default_factory=list)
+    #: The GPU's SM clock at the start and the end of sampling (MHz) and the slowdowns seen (NVML; None: unknown).
+    clocks: dict[str, Any] | None = None
+
+    @property
+    def throttled(self) -> list[str]:
+        """The clock slowdowns (thermal, power) active while sampling; empty when none or unknown."""
+        return list(self.clocks.get("slowdowns", [])) if self.clocks else []
 
     def add_runs(self, others: Sequence[Measurement]) -> None:
         """Fold the measurements of further runs in: ``samples`` becomes all runs' samples."""
@@ -98,6 +106,7 @@ class Measurement:
             "flush_l2": self.flush_l2,
             "runs": self.runs,
             "run_rounds": self.run_rounds,
+            "clocks": self.clocks,
             "summary": self.summary.to_dict() if self.samples else None,
         }
 
@@ -235,6 +244,7 @@ def measure(
     sampler = Sampler(ws, fn, scope, inputs, outputs, flush_l2)
     rounds: list[list[float]] = []
     try:
+        before = ws.session.device.clock_state()
         if duet is not None and duet.meet(label):
             first, first_wall, samples, reason, span, rounds = _in_turns(ws, sampler, rule, warmup, duet)
         else:
@@ -245,6 +255,7 @@ def measure(
                     sampler.sample()
                 ((samples, reason),) = run_samples([sampler], rule)
                 span = (t_start, time.time())
+        clocks = _clocks(before, ws.session.device.clock_state())
         m = Measurement(
             label=label,
             mode=ws.mode,
@@ -257,10 +268,22 @@ def measure(
             flush_l2=flush_l2,
             span=span,
             run_rounds=[rounds] if rounds else [],
+            clocks=clocks,
         )
     finally:
         sampler.close()
     return m
+
+
+def _clocks(before: ClockState | None, after: ClockState | None) -> dict[str, Any] | None:
+    """The clock record of a measurement from the states before and after sampling (None: unknown)."""
+    if before is None or after is None:
+        return None
+    return {
+        "sm_mhz": [before.sm_mhz, after.sm_mhz],
+        "sm_max_mhz": after.sm_max_mhz,
+        "slowdowns": sorted(set(before.slowdowns) | set(after.slowdowns)),
+    }
 
 
 #: Samples per turn under ``--jetmem-against``, and the fewest rounds a paired measurement takes.

@@ -5,7 +5,9 @@
 - :mod:`~pytest_jetmem.plugin.coherence`: ``@pytest.mark.memmode_coherence``;
 - :mod:`~pytest_jetmem.plugin.concurrency`: ``@pytest.mark.memmode_concurrency`` and ``--jetmem-tegra-strict``;
 - :mod:`~pytest_jetmem.plugin.report`: ``--jetmem-report``;
-- :mod:`~pytest_jetmem.plugin.against`: ``--jetmem-against``, the base and the change measured in turns.
+- :mod:`~pytest_jetmem.plugin.against`: ``--jetmem-against``, the base and the change measured in turns;
+- :mod:`~pytest_jetmem.plugin.nogpu`: without a GPU, ``jetmem`` tests compile and check their kernels
+  (``--jetmem-arch``), and the ini key ``jetmem_include_dirs``.
 
 They share :mod:`~pytest_jetmem.plugin.options` (the option group and the option-else-ini resolver),
 :mod:`~pytest_jetmem.plugin.markers` (marker names, validation) and :mod:`~pytest_jetmem.plugin.sessions`
@@ -21,4 +23,5 @@ pytest_plugins = [
     "pytest_jetmem.plugin.concurrency",
     "pytest_jetmem.plugin.report",
     "pytest_jetmem.plugin.against",
+    "pytest_jetmem.plugin.nogpu",
 ]

@@ -36,7 +36,7 @@ from pytest_jetmem.measure.compare import compare_paired
 from pytest_jetmem.measure.duet import BASE, CHANGE, Duet, make_channel
 from pytest_jetmem.plugin import options
 from pytest_jetmem.plugin.child_args import forwarded_args, option_takes_value, strip_options
-from pytest_jetmem.plugin.runtime import apply_comparison, item_spec, publish_row
+from pytest_jetmem.plugin.runtime import apply_comparison, at_other_clocks, item_spec, publish_row
 from pytest_jetmem.plugin.sessions import gate_session
 
 SIDE_ENV = "PYTEST_JETMEM_AGAINST_SIDE"  # "0" (base) or "1" (change): this process is a child
@@ -305,6 +305,11 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
     return True
 
 
+def _mhz(row: dict[str, Any]) -> float | None:
+    clocks = row.get("clocks")
+    return sum(clocks["sm_mhz"]) / len(clocks["sm_mhz"]) if clocks else None
+
+
 def judge(item: pytest.Function, parent: AgainstParent, change: dict[str, Any], base: dict[str, Any] | None) -> None:
     """The change's outcome is the test's; each measurement the two sides took in turns is compared."""
     outcome, message = change.get("outcome"), str(change.get("message", ""))
@@ -329,7 +334,11 @@ def judge(item: pytest.Function, parent: AgainstParent, change: dict[str, Any], 
             row["baseline"] = "measured alone, not in turns: not compared"
         else:
             parent.judged += 1
+            row["base_samples"] = other.get("samples")
             cmp = compare_paired(other["run_rounds"], row["run_rounds"], gate.fail_pct if gate else 5.0)
+            cmp = at_other_clocks(cmp, _mhz(other), _mhz(row), then="the base")
+            if other.get("throttled") and not row.get("throttled"):
+                row["throttled"] = other["throttled"]  # either side throttled: the pair is not comparable
             judged = spec is not None and spec.baseline and outcome == "passed"
             if gate is not None:
                 failure = apply_comparison(item, gate, row, cmp, judged=judged)

@@ -6,8 +6,8 @@ interpreter (``python -m pytest <nodeid>``, started with fork+exec by
 and judges how the child ended:
 
 - ``expect="ok"`` (the default): the code must survive on this device;
-- ``expect="fault"``: it must be killed by SIGSEGV or SIGBUS (Jetson's answer to a CPU touch of managed memory
-  while a kernel runs);
+- ``expect="fault"``: it must be killed by SIGSEGV, the documented fault (Jetson's answer to a CPU touch of
+  managed memory while a kernel runs; any other fatal signal is a fault of an undocumented kind and fails);
 - ``expect="auto"``: it must fault where ``CONCURRENT_MANAGED_ACCESS`` is 0 and survive where it is 1 (a
   regression test for the platform itself); under ``--jetmem-tegra-strict`` the device counts as 0.
 
@@ -137,7 +137,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
         f"{MARKER}(expect='ok', timeout={DEFAULT_TIMEOUT_S:g}): run the test in a fresh child process and judge "
-        "how it ended: expect='ok' it must survive, 'fault' it must die of SIGSEGV/SIGBUS, 'auto' it must "
+        "how it ended: expect='ok' it must survive, 'fault' it must die of SIGSEGV, 'auto' it must "
         "fault exactly where CONCURRENT_MANAGED_ACCESS is 0",
     )
     tegra_strict = options.get_bool(config, "tegra_strict")

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import warnings
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from typing import Any
 
 import pytest
@@ -13,8 +14,9 @@ from pytest_jetmem.cuda.modes import DEFAULT_MODES, MODES, get_mode
 from pytest_jetmem.cuda.session import CudaSession
 from pytest_jetmem.errors import CudaError
 from pytest_jetmem.handle import Jetmem
-from pytest_jetmem.plugin import markers
+from pytest_jetmem.plugin import markers, nogpu
 from pytest_jetmem.plugin.options import option_group
+from pytest_jetmem.plugin.runtime_spec import needs_jetmem, nothing_judged, parse_runtime_marker
 from pytest_jetmem.plugin.sessions import device_session
 
 PARAM = "memmode"
@@ -27,7 +29,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         dest="jetmem_modes",
         default=None,
         metavar="MODES",
-        help=f"run memmode tests only in these memory modes (comma separated: {', '.join(MODES)})",
+        help=f"run memmode tests only in these memory modes (comma or space separated: {', '.join(MODES)})",
     )
     parser.addini("jetmem_modes", "memory modes to run memmode tests in (default: all)", default="")
     group.addoption(
@@ -35,7 +37,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         dest="jetmem_cache_dir",
         default=None,
         metavar="DIR",
-        help="NVRTC kernel cache directory (default $JETMEM_CACHE_DIR or ~/.cache/pytest-jetmem/kernels)",
+        help="NVRTC kernel cache directory (default $JETMEM_CACHE_DIR, else $XDG_CACHE_HOME/pytest-jetmem/kernels, "
+        "else ~/.cache/pytest-jetmem/kernels)",
     )
     parser.addini("jetmem_cache_dir", "NVRTC kernel cache directory", default="")
 
@@ -47,6 +50,14 @@ def pytest_configure(config: pytest.Config) -> None:
         "no arguments: every mode the device supports",
     )
     device_session(config)  # a bad --jetmem-modes stops the run here
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """A ``JETMEM_DEVICE`` that names no device stops the session here: a green run of skips would check nothing."""
+    if os.environ.get("JETMEM_DEVICE", "").strip():
+        avail = device_session(session.config).availability()
+        if avail.misconfigured:
+            raise pytest.UsageError(f"{avail.reason} (unset JETMEM_DEVICE to use device 0)")
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -61,6 +72,11 @@ def marker_modes(marker: pytest.Mark, test_name: str) -> tuple[str, ...]:
         )
     args: list[Any] = []
     for a in marker.args:
+        if isinstance(a, (list, tuple)) and not a:
+            raise ValueError(
+                f"{test_name}: @pytest.mark.memmode got an empty list of modes; name at least one mode, or give "
+                "no arguments for every mode"
+            )
         args.extend(a if isinstance(a, (list, tuple)) else [a])
     for a in args:
         if not isinstance(a, str):
@@ -75,6 +91,8 @@ def marker_modes(marker: pytest.Mark, test_name: str) -> tuple[str, ...]:
 
 @pytest.hookimpl(trylast=True)
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if metafunc.definition.get_closest_marker(markers.RUNTIME) is not None and "jetmem" not in metafunc.fixturenames:
+        pytest.fail(needs_jetmem(metafunc.definition.nodeid), pytrace=False)
     modes = markers.validated(metafunc.definition, markers.MEMMODE, marker_modes)
     if modes is None:
         return
@@ -116,6 +134,37 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     return lines
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> Iterator[Any]:
+    """A ``memmode_runtime`` test whose body returned but whose marker judged nothing fails, saying why."""
+    result = yield
+    mark = pyfuncitem.get_closest_marker(markers.RUNTIME)
+    handle = pyfuncitem.funcargs.get("jetmem")
+    if mark is None or not isinstance(handle, Jetmem) or pyfuncitem.get_closest_marker(markers.CONCURRENCY):
+        return result  # unmarked; the body ran elsewhere (--jetmem-against, a memmode_concurrency child)
+    spec = parse_runtime_marker(mark.args, dict(mark.kwargs), pyfuncitem.nodeid)
+    why = nothing_judged(spec, handle.measurements, pyfuncitem.nodeid)
+    if why is not None:
+        pytest.fail(why, pytrace=False)
+    return result
+
+
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, Any]:
+    """A skip raised inside pytest-jetmem (no GPU, a mode the device lacks) is reported at the test's location."""
+    report = yield
+    longrepr = report.longrepr
+    if report.skipped and isinstance(longrepr, tuple) and len(longrepr) == 3:
+        path, _, reason = longrepr
+        if os.path.abspath(str(path)).startswith(_PACKAGE_DIR + os.sep):
+            test_path, line = item.reportinfo()[:2]
+            report.longrepr = (os.fspath(test_path), (line or 0) + 1, reason)
+    return report
+
+
 # -- fixtures ----------------------------------------------------------------------------------------
 @pytest.fixture
 def memmode(request: pytest.FixtureRequest) -> str:
@@ -128,6 +177,8 @@ def memmode(request: pytest.FixtureRequest) -> str:
         )
     avail = device_session(request.config).availability()
     if not avail.ok:
+        if nogpu.checking(request, avail):  # no GPU: kernels still compiled and launches checked
+            return str(mode)
         pytest.skip(f"jetmem: {avail.reason}")
     assert avail.info is not None and avail.device is not None
     if avail.device.broken:
@@ -142,7 +193,9 @@ def memmode(request: pytest.FixtureRequest) -> str:
 def jetmem(request: pytest.FixtureRequest, memmode: str) -> Iterator[Jetmem]:
     """The per-test handle for this item's memory mode; its buffers are freed at teardown."""
     session = device_session(request.config)
-    assert session.cuda is not None
+    if session.cuda is None:  # no GPU (the memmode fixture let it through): see plugin.nogpu
+        yield from nogpu.check_handle(request, memmode, session.availability(), session.stopping_rule)
+        return
     handle = Jetmem(session.cuda, memmode, request.node.nodeid, session.stopping_rule)
     try:
         yield handle

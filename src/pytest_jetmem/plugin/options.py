@@ -8,9 +8,13 @@ names the option or ini key, the value and what was expected.
 from __future__ import annotations
 
 import math
+import os
+from pathlib import Path
 from typing import Any
 
 import pytest
+
+from pytest_jetmem.measure.baseline import BaselineStore
 
 GROUP = "jetmem"
 GROUP_DESCRIPTION = "memory-mode testing of CUDA code (pytest-jetmem)"
@@ -34,7 +38,7 @@ def ini_name(name: str) -> str:
 def _ini(config: pytest.Config, name: str) -> Any:
     try:
         return config.getini(f"jetmem_{name}")
-    except ValueError as exc:  # a bool key pytest could not read ("invalid truth value 'maybe'")
+    except (ValueError, pytest.UsageError) as exc:  # a bool key pytest could not read ("invalid truth value 'maybe'")
         raise pytest.UsageError(f"{ini_name(name)}: expected true or false, got {exc}") from None
 
 
@@ -83,3 +87,42 @@ def get_int(config: pytest.Config, name: str, *, minimum: int, what: str) -> int
     if isinstance(number, bool) or not isinstance(number, int) or number < minimum:
         raise pytest.UsageError(f"{source}: expected {what}, got {number!r}")
     return number
+
+
+def baseline_name(config: pytest.Config, name: str, *, ini: bool = True) -> str | None:
+    """The baseline name setting ``name`` (``save``, ``compare``), checked before the session starts.
+
+    None where it is not set (an empty ini value is not set); a name given empty (``--jetmem-save=``) or
+    breaking the naming rules (:meth:`BaselineStore.check_name`) is a UsageError naming the setting.
+    """
+    value, source = raw(config, name, ini=ini)
+    if value is None:
+        return None
+    text = str(value).strip()
+    if not text:
+        if source.startswith("--"):
+            raise pytest.UsageError(f"{source}: expected a baseline name, got {value!r}")
+        return None
+    try:
+        return BaselineStore.check_name(text)
+    except ValueError as exc:
+        raise pytest.UsageError(f"{source}={text}: {exc}") from None
+
+
+def check_output_path(path: str | os.PathLike[str], source: str) -> Path:
+    """``path`` as a Path if a file can be written there at the end of the session, else a UsageError.
+
+    Refused: an existing directory, a path below a file, a folder this process may not write in. The
+    folder is not created here (writing does that), only the nearest existing one checked.
+    """
+    target = Path(path)
+    if target.is_dir():
+        raise pytest.UsageError(f"{source}={path}: is a directory; expected a file path")
+    parent = target.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        raise pytest.UsageError(f"{source}={path}: {parent} is not a directory, so nothing can be written there")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise pytest.UsageError(f"{source}={path}: cannot write in {parent} (permission denied)")
+    return target

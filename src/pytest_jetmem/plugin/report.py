@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from pytest_jetmem.plugin.options import option_group
+from pytest_jetmem.plugin.options import check_output_path, option_group
 from pytest_jetmem.plugin.sessions import gate_session
-from pytest_jetmem.report import load_trends, write_report
+from pytest_jetmem.report import json_path_for, load_trends, write_report
 
 _REPORT = pytest.StashKey["ReportWriter"]()
 
@@ -55,6 +55,10 @@ def pytest_configure(config: pytest.Config) -> None:
     path = report_path(config)
     if path is None or hasattr(config, "workerinput"):
         return  # xdist workers: their rows travel to the controller on the reports
+    check_output_path(
+        path, "--jetmem-report" if config.getoption("jetmem_report", None) else "ini option jetmem_report"
+    )
+    check_output_path(json_path_for(path), "--jetmem-report (its JSON twin)")
     writer = ReportWriter(path)
     config.stash[_REPORT] = writer
     config.pluginmanager.register(writer, "jetmem-report")
@@ -93,7 +97,10 @@ class ReportWriter:
                 title=f"pytest-jetmem report: {config.rootpath.name}",
             )
         except OSError as exc:
-            self.error = f"--jetmem-report: cannot write {self.path}: {exc}"
+            self.error = (
+                f"--jetmem-report: cannot write {self.path}: {exc.strerror or exc}; the report of "
+                f"{len(self.rows)} measurement(s) was not written (the table above has them)"
+            )
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:

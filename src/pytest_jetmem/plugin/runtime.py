@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from pytest_jetmem.errors import BaselineError, BaselineNotFound
@@ -146,7 +148,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
-        f"{MARKER}(max_ms=None, max_ratio=None, relative_to=None, scope=None, baseline=True, label=None): "
+        f"{MARKER}(max_ms=None, max_ratio=None, relative_to=None, scope=None, baseline=True, label=None, "
+        "runs=None): "
         "assert on the runtimes jetmem.measure() recorded (see pytest-jetmem docs)",
     )
     fail_pct = options.get_float(config, "fail", minimum=0.0, what="a percentage >= 0")
@@ -165,15 +168,15 @@ def pytest_configure(config: pytest.Config) -> None:
         device=device,
         session_id=GateSession.new_session_id(config),
         store=BaselineStore(Path(config.rootpath, bdir)),
-        save=options.get_str(config, "save", ini=False),
-        compare_name=options.get_str(config, "compare"),
+        save=options.baseline_name(config, "save", ini=False),
+        compare_name=options.baseline_name(config, "compare"),
         fail_pct=fail_pct,
         strict_machine=options.get_bool(config, "strict_machine"),
         overwrite=overwrite,
         window=options.get_int(config, "window", minimum=1, what="an integer >= 1"),
         ambiguous=_ambiguous_policy(config),
         runs=options.get_int(config, "runs", minimum=1, what="an integer >= 1"),
-        benchmark_json=options.get_str(config, "benchmark_json", ini=False),
+        benchmark_json=_benchmark_json_path(config),
     )
     set_gate_session(config, gate)
     config.pluginmanager.register(_RowCollector(gate), "jetmem-rows")
@@ -340,6 +343,7 @@ def _judge(item: pytest.Function, handle: Jetmem, spec: RuntimeSpec | None) -> l
             m.first_call_ms,
             runs=runs,
             run_sessions=(state.session_id,) * len(runs) if runs else (),
+            sm_mhz=_sm_mhz(m),
         )
         if state.compare_name is not None:
             if base is None:
@@ -358,12 +362,33 @@ def _judge(item: pytest.Function, handle: Jetmem, spec: RuntimeSpec | None) -> l
                     row["baseline"] = "new (not in baseline)"
                 else:
                     cmp = compare_sessions(entry.sessions(), m.runs or [m.samples], state.fail_pct)
+                    cmp = at_other_clocks(cmp, entry.sm_mhz, _sm_mhz(m))
                     failure = apply_comparison(item, state, row, cmp, judged=is_judged and spec.baseline)
                     if failure:
                         failures.append(failure)
         row.setdefault("verdict", ("ok" if is_judged else "reported"))
         publish_row(item, row)
     return failures
+
+
+#: Clocks further apart than this (relative) make a comparison's call ambiguous.
+CLOCK_TOLERANCE = 0.03
+
+
+def _sm_mhz(m: Measurement) -> float | None:
+    return float(np.median(m.clocks["sm_mhz"])) if m.clocks else None
+
+
+def at_other_clocks(
+    cmp: Comparison, then_mhz: float | None, now_mhz: float | None, then: str = "the baseline"
+) -> Comparison:
+    """``cmp``, said to be ambiguous where its call compares measurements taken at clocks more than 3% apart."""
+    if then_mhz is None or now_mhz is None or abs(now_mhz / then_mhz - 1.0) <= CLOCK_TOLERANCE:
+        return cmp
+    why = f"{then} was measured at {then_mhz:.0f} MHz and this at {now_mhz:.0f} MHz: not the same clocks"
+    if cmp.verdict in (Verdict.REGRESSION, Verdict.IMPROVEMENT):
+        return replace(cmp, verdict=Verdict.AMBIGUOUS, reason=why)
+    return replace(cmp, reason="; ".join(filter(None, (cmp.reason, why))))
 
 
 def apply_comparison(
@@ -373,6 +398,12 @@ def apply_comparison(
 
     A regression fails; an ambiguous verdict fails, warns or passes as ``--jetmem-ambiguous`` says.
     """
+    if row.get("throttled") and cmp.verdict in (Verdict.REGRESSION, Verdict.IMPROVEMENT):
+        cmp = replace(
+            cmp,
+            verdict=Verdict.AMBIGUOUS,
+            reason=f"measured while the GPU was throttled ({', '.join(row['throttled'])}): not comparable",
+        )
     row.update(
         baseline_change_pct=cmp.change_pct,
         baseline=cmp.verdict.value,
@@ -417,6 +448,8 @@ def _row(item: pytest.Item, m: Measurement) -> dict[str, Any]:
         "runs": len(m.runs) or 1,
         "samples": list(m.samples),
         **({"run_rounds": m.run_rounds} if m.run_rounds else {}),
+        **({"clocks": m.clocks} if m.clocks else {}),
+        **({"throttled": m.throttled} if m.throttled else {}),
     }
 
 
@@ -477,8 +510,28 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     elif state.errors:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
     if state.benchmark_json and state.rows and not hasattr(config, "workerinput"):
-        machine = state.machine()
-        write_benchmark_json(state.benchmark_json, benchmark_json(state.rows, machine.to_dict() if machine else {}))
+        _write_benchmark_json(session, state, state.benchmark_json)
+
+
+def _benchmark_json_path(config: pytest.Config) -> str | None:
+    """``--jetmem-benchmark-json``, checked before the session starts (a directory, a path below a file: refused)."""
+    path = options.get_str(config, "benchmark_json", ini=False)
+    if path is not None and not hasattr(config, "workerinput"):
+        options.check_output_path(path, "--jetmem-benchmark-json")
+    return path
+
+
+def _write_benchmark_json(session: pytest.Session, state: GateSession, path: str) -> None:
+    """Write the benchmark JSON; a failure is an error of the run that says what was lost, never a traceback."""
+    machine = state.machine()
+    try:
+        write_benchmark_json(path, benchmark_json(state.rows, machine.to_dict() if machine else {}))
+    except OSError as exc:
+        state.errors.append(
+            f"--jetmem-benchmark-json: cannot write {path}: {exc.strerror or exc}; the timings of "
+            f"{len(state.rows)} measurement(s) were not written there (the table above has them)"
+        )
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
@@ -496,8 +549,17 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
         if state.jetson_before is not None and state.jetson_before.is_jetson:
             for w in timing_warnings(state.jetson_before, after):
                 tr.write_line(f"jetmem: warning: {w}", yellow=True)
+    _nothing_saved_note(tr, state)
     for err in state.errors:
         tr.write_line(f"jetmem: error: {err}", red=True)
+
+
+def _nothing_saved_note(tr: Any, state: GateSession) -> None:
+    """Say that ``--jetmem-save`` saved nothing where no test measured anything (the controller sees every row)."""
+    if state.save and not state.rows:
+        tr.write_line(
+            f"jetmem: --jetmem-save={state.save}: nothing was measured, so no baseline was saved", yellow=True
+        )
 
 
 def format_table(rows: list[dict[str, Any]]) -> list[str]:

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from pytest_jetmem.cuda.modes import MODES
 from pytest_jetmem.measure.timing import SCOPES
@@ -85,3 +86,38 @@ def parse_runtime_marker(args: tuple[Any, ...], kwargs: dict[str, Any], test: st
     if runs is not None and (isinstance(runs, bool) or not isinstance(runs, int) or runs < 1):
         raise ValueError(f"{test}: @pytest.mark.{MARKER}(runs=...) expects an integer >= 1, got {runs!r}")
     return RuntimeSpec(max_ms, max_ratio, relative_to, scope, baseline, label, runs)
+
+
+class _Measured(Protocol):
+    @property
+    def label(self) -> str: ...
+    @property
+    def scope(self) -> str: ...
+    @property
+    def key(self) -> str: ...
+
+
+def nothing_judged(spec: RuntimeSpec, measurements: Sequence[_Measured], test: str) -> str | None:
+    """Why a ``memmode_runtime`` marker judged nothing in a body that returned (None: it judged something).
+
+    A marker that judges nothing is a mistake (a typo in ``label=``, a forgotten ``jetmem.measure()``), never
+    a pass: the test fails with this message.
+    """
+    if not measurements:
+        return f"{test}: @pytest.mark.{MARKER}: the test never called jetmem.measure(), so there was nothing to judge"
+    if any(spec.selects(m.label, m.scope) for m in measurements):
+        return None
+    chosen = ", ".join(f"{k}={v!r}" for k, v in (("label", spec.label), ("scope", spec.scope)) if v is not None)
+    keys = ", ".join(dict.fromkeys(m.key for m in measurements))
+    return (
+        f"{test}: @pytest.mark.{MARKER}: {chosen} matched none of the {len(measurements)} measurement(s) "
+        f"({keys}), so nothing was judged"
+    )
+
+
+def needs_jetmem(test: str) -> str:
+    """The collection error of a ``memmode_runtime`` test that does not use the ``jetmem`` fixture."""
+    return (
+        f"{test}: @pytest.mark.{MARKER} judges what jetmem.measure() records, but the test does not use the "
+        "jetmem fixture (add it, with @pytest.mark.memmode)"
+    )

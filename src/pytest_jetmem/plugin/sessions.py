@@ -58,7 +58,7 @@ class DeviceSession:
             if self._availability.ok:
                 assert self._availability.device is not None
                 cache = KernelCache(options.get_str(self.config, "cache_dir"))
-                self.cuda = CudaSession(self._availability.device, cache)
+                self.cuda = CudaSession(self._availability.device, cache, include_dirs=include_dirs(self.config))
         return self._availability
 
     @property
@@ -73,6 +73,14 @@ class DeviceSession:
             except CudaError as exc:
                 warnings.warn(f"jetmem: closing the device: {exc}", stacklevel=1)
             self.cuda = None
+
+
+def include_dirs(config: pytest.Config) -> tuple[str, ...]:
+    """The ini key ``jetmem_include_dirs`` (registered by plugin.nogpu; () where that half is not loaded)."""
+    try:
+        return tuple(str(p) for p in config.getini("jetmem_include_dirs"))
+    except ValueError:
+        return ()
 
 
 def device_session(config: pytest.Config) -> DeviceSession:

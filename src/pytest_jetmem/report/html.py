@@ -19,6 +19,7 @@ them, the trends and the machine, for tools.
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
@@ -282,7 +283,10 @@ def write_report(
     created = utc_now()
     doc = report_document(rows, machine=machine, trends=trends, notes=notes, created=created)
     page = render_html(rows, machine=machine, trends=trends, notes=notes, title=title, charts=charts, created=created)
+    for target in (html_path, json_file):  # neither is written where one of them cannot be: no stray twin
+        if target.is_dir():
+            raise IsADirectoryError(errno.EISDIR, "is a directory", str(target))
     html_path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(json_file, json.dumps(doc, indent=1, allow_nan=False) + "\n")
     write_atomic(html_path, page)
+    write_atomic(json_file, json.dumps(doc, indent=1, allow_nan=False) + "\n")
     return html_path, json_file

@@ -1,0 +1,314 @@
+"""How often the regression gate is wrong, per recipe, with a fresh process for every session (issue 9's study).
+
+Subject: a small user project (made in a temporary git repository) with the bundled 640x480 45x45
+convolution, the 2048 tiled matrix product and a 64 MiB stream read, in device, managed and zero_copy: 9
+measured tests. A slowdown of p% is injected as p% more work on fresh data (p% more output rows of the
+convolution, a p% longer inner dimension of the product, p% more bytes read), set in ``extra_pct.txt``.
+
+Phases (each runs until its time budget is spent, then stops and reports what it has):
+  stored   sessions of the base (p = 0) and of each slowdown, one fresh ``pytest`` process each; judged offline
+           with the plugin's own decision (:func:`pytest_jetmem.measure.compare.compare_sessions`) for a
+           one-session and a five-session baseline, and on the same samples by pytest-benchmark's
+           ``median:5%`` rule and asv's rule (factor 1.1 and Mann-Whitney p < 0.002).
+  against  ``pytest --jetmem-against=HEAD`` runs: A/A (the working tree equals HEAD) and each slowdown
+           (the working tree injects it); the plugin's own verdicts, and the same paired samples judged by the
+           pytest-benchmark and asv rules.
+Writes ``<out>/gate_study.json`` (every session's samples and every verdict) and ``<out>/gate_study.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import math
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pytest_jetmem.measure.compare import Verdict, compare_sessions
+from pytest_jetmem.measure.stats import mann_whitney_p
+
+PCTS = (2.0, 3.0, 5.0, 10.0)
+THRESHOLD = 5.0
+SUITE = 30
+
+TEST_FILE = r"""
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pytest_jetmem import kernels
+
+EXTRA = float(Path(__file__).with_name("extra_pct.txt").read_text()) / 100.0
+
+
+def grow(n, multiple=1):
+    return int(round(n * (1.0 + EXTRA) / multiple)) * multiple
+
+
+@pytest.mark.memmode
+@pytest.mark.memmode_runtime(baseline=True)
+def test_conv45(jetmem):
+    rng = np.random.default_rng(0)
+    img = jetmem.array(rng.random((grow(480), 640), dtype=np.float32))
+    k = jetmem.array(rng.random((45, 45), dtype=np.float32))
+    out = jetmem.empty_like(img)
+    jetmem.measure(lambda: kernels.conv2d(jetmem, img, k, out), label="conv45")
+
+
+@pytest.mark.memmode
+@pytest.mark.memmode_runtime(baseline=True)
+def test_matmul2048(jetmem):
+    rng = np.random.default_rng(1)
+    kk = grow(2048)
+    a = jetmem.array(rng.random((2048, kk), dtype=np.float32))
+    b = jetmem.array(rng.random((kk, 2048), dtype=np.float32))
+    c = jetmem.empty((2048, 2048))
+    jetmem.measure(lambda: kernels.matmul(jetmem, a, b, c), label="matmul2048")
+
+
+@pytest.mark.memmode
+@pytest.mark.memmode_runtime(baseline=True)
+def test_read64mib(jetmem):
+    n = grow(16 << 20, 4)
+    src = jetmem.zeros(n)
+    sink = jetmem.zeros(1)
+    jetmem.measure(lambda: kernels.stream(jetmem, "read", src, sink), label="read64mib")
+"""
+
+
+def make_project() -> Path:
+    root = Path(tempfile.mkdtemp(prefix="jetmem-gate-"))
+    (root / "test_gate.py").write_text(TEST_FILE)
+    (root / "extra_pct.txt").write_text("0\n")
+    (root / "pytest.ini").write_text("[pytest]\naddopts = -p no:cacheprovider -p no:randomly\n")
+    fake = os.environ.get("JETMEM_STUDY_FAKE_TESTS")  # a dry run of this script on a machine with no GPU
+    if fake:
+        (root / "conftest.py").write_text(
+            f"import sys\nsys.path.insert(0, {fake!r})\nfrom fakes.fake_driver import FakeDriver\n"
+            "from pytest_jetmem.cuda import driver\nimport random\n"
+            "driver.install(FakeDriver('dgpu', kernel_ms=lambda launch: random.gauss(0.3, 0.003)))\n"
+        )
+    git = ["git", "-c", "user.email=study@jetmem", "-c", "user.name=study"]
+    subprocess.run(["git", "init", "-q"], cwd=root, check=True)
+    subprocess.run(["git", "add", "-A"], cwd=root, check=True)
+    subprocess.run([*git, "commit", "-qm", "base"], cwd=root, check=True)
+    return root
+
+
+def pytest_run(root: Path, pct: float, args: list[str]) -> tuple[list[dict[str, Any]], float, str]:
+    """One fresh pytest process; returns the report's rows, the wall seconds and the output tail."""
+    (root / "extra_pct.txt").write_text(f"{pct}\n")
+    report = root / "report.html"
+    twin = root / "report.json"
+    for f in (report, twin):
+        f.unlink(missing_ok=True)
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    t0 = time.perf_counter()
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", f"--jetmem-report={report}", *args],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=900,
+    )
+    wall = time.perf_counter() - t0
+    rows = json.loads(twin.read_text())["rows"] if twin.exists() else []
+    return rows, wall, (proc.stdout + proc.stderr)[-3000:]
+
+
+def key(row: dict[str, Any]) -> str:
+    return f"{row['nodeid'].rsplit('::', 1)[-1]}:{row['key']}"
+
+
+def pb_rule(base: list[float], cur: list[float]) -> bool:
+    """pytest-benchmark's --benchmark-compare-fail=median:5%: the current median more than 5% above the base's."""
+    return float(np.median(cur)) > float(np.median(base)) * 1.05
+
+
+def asv_rule(base: list[float], cur: list[float], factor: float = 1.1) -> bool:
+    """asv: slower past ``factor`` and a Mann-Whitney U test at p < 0.002."""
+    return float(np.median(cur)) > float(np.median(base)) * factor and mann_whitney_p(base, cur) < 0.002
+
+
+def phase_stored(root: Path, budget_s: float, log: list[str]) -> dict[str, Any]:
+    sessions: dict[str, list[dict[str, list[float]]]] = {"0": [], **{str(p): [] for p in PCTS}}
+    walls: list[float] = []
+    schedule = itertools.cycle(["0", "0", "0", *map(str, PCTS)])  # A/A sessions weighted 3:1
+    deadline = time.monotonic() + budget_s
+    while time.monotonic() < deadline:
+        pct = next(schedule)
+        rows, wall, tail = pytest_run(root, float(pct), [])
+        if not rows:
+            log.append(f"stored session p={pct} gave no rows:\n{tail}")
+            break
+        sessions[pct].append({key(r): r["samples"] for r in rows})
+        walls.append(wall)
+    return {"sessions": sessions, "walls": walls}
+
+
+def judge_stored(data: dict[str, Any], rng: random.Random) -> dict[str, Any]:
+    aa: list[dict[str, list[float]]] = data["sessions"]["0"]
+    out: dict[str, Any] = {}
+    for recipe, n_base in (("one stored session", 1), ("five stored sessions", 5)):
+        if len(aa) < n_base + 1:
+            continue
+        res: dict[str, Any] = {"aa": {"jetmem": [], "pytest-benchmark": [], "asv": []}, "caught": {}}
+        for j, cur in enumerate(aa):  # A/A: every session against baselines of other sessions
+            others = [s for i, s in enumerate(aa) if i != j]
+            picks = [others[i : i + n_base] for i in range(0, len(others) - n_base + 1, max(1, n_base))]
+            for base_set in picks:
+                for k, samples in cur.items():
+                    base_runs = [[s[k]] for s in base_set if k in s]
+                    pooled = [v for s in base_set for v in s.get(k, [])]
+                    v = compare_sessions(base_runs, [samples], THRESHOLD).verdict
+                    res["aa"]["jetmem"].append((k, v.value))
+                    res["aa"]["pytest-benchmark"].append((k, "regression" if pb_rule(pooled, samples) else "ok"))
+                    res["aa"]["asv"].append((k, "regression" if asv_rule(pooled, samples) else "ok"))
+        for pct in PCTS:
+            slowed = data["sessions"][str(pct)]
+            counts = {"jetmem": [0, 0], "pytest-benchmark": [0, 0], "asv": [0, 0]}
+            for cur in slowed:
+                for _ in range(3):
+                    base_set = rng.sample(aa, n_base)
+                    for k, samples in cur.items():
+                        base_runs = [[s[k]] for s in base_set if k in s]
+                        pooled = [v for s in base_set for v in s.get(k, [])]
+                        v = compare_sessions(base_runs, [samples], THRESHOLD).verdict
+                        for rule, hit in (
+                            ("jetmem", v is Verdict.REGRESSION),
+                            ("pytest-benchmark", pb_rule(pooled, samples)),
+                            ("asv", asv_rule(pooled, samples)),
+                        ):
+                            counts[rule][0] += int(hit)
+                            counts[rule][1] += 1
+            res["caught"][str(pct)] = counts
+        out[recipe] = res
+    return out
+
+
+def phase_against(root: Path, budget_s: float, log: list[str]) -> dict[str, Any]:
+    runs: dict[str, list[list[dict[str, Any]]]] = {"0": [], **{str(p): [] for p in PCTS}}
+    walls: list[float] = []
+    schedule = itertools.cycle(["0", "0", "0", "0", "0", *map(str, PCTS)])
+    deadline = time.monotonic() + budget_s
+    while time.monotonic() < deadline:
+        pct = next(schedule)
+        rows, wall, tail = pytest_run(root, float(pct), ["--jetmem-against=HEAD", "--jetmem-ambiguous=pass"])
+        if not rows:
+            log.append(f"against run p={pct} gave no rows:\n{tail}")
+            break
+        keep = ("nodeid", "key", "mode", "baseline", "baseline_change_pct", "baseline_ci", "samples", "base_samples")
+        runs[pct].append([{k: r.get(k) for k in keep} for r in rows])
+        walls.append(wall)
+    return {"runs": runs, "walls": walls}
+
+
+def judge_against(data: dict[str, Any]) -> dict[str, Any]:
+    def rules(r: dict[str, Any]) -> dict[str, bool]:
+        base, cur = r.get("base_samples") or [], r["samples"]
+        return {
+            "jetmem": r.get("baseline") == "regression",
+            "pytest-benchmark": bool(base) and pb_rule(base, cur),
+            "asv": bool(base) and asv_rule(base, cur),
+        }
+
+    out: dict[str, Any] = {"aa": {}, "caught": {}}
+    aa_rows = [r for run in data["runs"]["0"] for r in run]
+    out["aa"] = {
+        rule: [sum(rules(r)[rule] for r in aa_rows), len(aa_rows)] for rule in ("jetmem", "pytest-benchmark", "asv")
+    }
+    out["aa_ambiguous"] = sum(r.get("baseline") == "ambiguous" for r in aa_rows)
+    out["aa_any_red_per_run"] = [any(r.get("baseline") == "regression" for r in run) for run in data["runs"]["0"]]
+    for pct in PCTS:
+        rows = [r for run in data["runs"][str(pct)] for r in run]
+        out["caught"][str(pct)] = {
+            rule: [sum(rules(r)[rule] for r in rows), len(rows)] for rule in ("jetmem", "pytest-benchmark", "asv")
+        }
+    return out
+
+
+def suite_red(rate: float, n: int = SUITE) -> float:
+    return 1.0 - (1.0 - rate) ** n
+
+
+def markdown(summary: dict[str, Any]) -> str:
+    lines = ["# Regression-gate study", ""]
+    for recipe, res in summary.get("stored", {}).items():
+        lines.append(f"## {recipe}")
+        for rule, verdicts in res["aa"].items():
+            n = len(verdicts)
+            fa = sum(v == "regression" for _, v in verdicts)
+            amb = sum(v == "ambiguous" for _, v in verdicts)
+            rate = fa / n if n else math.nan
+            lines.append(
+                f"- A/A, {rule}: {fa} false alarms in {n} comparisons ({100 * rate:.2f}%), ambiguous {amb}; "
+                f"a {SUITE}-test suite red in {100 * suite_red(rate):.1f}% of runs"
+            )
+        for pct, counts in res["caught"].items():
+            lines.append(
+                f"- {pct}% slower: "
+                + ", ".join(f"{rule} {c}/{n} ({100 * c / max(n, 1):.0f}%)" for rule, (c, n) in counts.items())
+            )
+        lines.append("")
+    against = summary.get("against")
+    if against:
+        lines.append("## --jetmem-against")
+        for rule, (c, n) in against["aa"].items():
+            rate = c / n if n else math.nan
+            lines.append(
+                f"- A/A, {rule}: {c} false alarms in {n} comparisons ({100 * rate:.2f}%); "
+                f"a {SUITE}-test suite red in {100 * suite_red(rate):.1f}% of runs"
+            )
+        lines.append(f"- A/A ambiguous verdicts: {against['aa_ambiguous']}")
+        for pct, counts in against["caught"].items():
+            lines.append(
+                f"- {pct}% slower: "
+                + ", ".join(f"{rule} {c}/{n} ({100 * c / max(n, 1):.0f}%)" for rule, (c, n) in counts.items())
+            )
+        lines.append("")
+    if "wall" in summary:
+        lines.append(f"Wall time: {summary['wall']}")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default="gate-study")
+    ap.add_argument("--phase", choices=("stored", "against", "all"), default="all")
+    ap.add_argument("--budget-s", type=float, default=240.0, help="seconds per phase")
+    args = ap.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    root = make_project()
+    log: list[str] = []
+    raw: dict[str, Any] = {}
+    summary: dict[str, Any] = {}
+    if args.phase in ("stored", "all"):
+        raw["stored"] = phase_stored(root, args.budget_s, log)
+        summary["stored"] = judge_stored(raw["stored"], random.Random(0))
+    if args.phase in ("against", "all"):
+        raw["against"] = phase_against(root, args.budget_s, log)
+        summary["against"] = judge_against(raw["against"])
+    walls = {k: float(np.median(v["walls"])) for k, v in raw.items() if v.get("walls")}
+    if walls:
+        summary["wall"] = {f"median {k} s": round(v, 2) for k, v in walls.items()}
+    (out / "gate_study.json").write_text(json.dumps({"raw": raw, "summary": summary, "log": log}, default=str))
+    (out / "gate_study.md").write_text(markdown(summary))
+    print(markdown(summary))
+    for entry in log:
+        print(entry)
+
+
+if __name__ == "__main__":
+    main()

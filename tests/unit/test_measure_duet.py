@@ -1,0 +1,105 @@
+"""measure.duet: the two sides of --jetmem-against meet at each measure call and take turns, batch by batch.
+
+Two threads stand in for the two pytest processes; the protocol is the same over the named pipes.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_jetmem.errors import JetmemError
+from pytest_jetmem.measure.duet import BASE, CHANGE, Duet, DuetError, make_channel
+
+
+def run_pair(channel: Path, base: Callable[[Duet], Any], change: Callable[[Duet], Any]) -> tuple[Any, Any]:
+    results: dict[int, Any] = {}
+    errors: list[BaseException] = []
+
+    def side(index: int, body: Callable[[Duet], Any]) -> None:
+        duet = Duet(channel, index, timeout_s=5)
+        try:
+            results[index] = body(duet)
+        except BaseException as exc:  # re-raised in the test
+            errors.append(exc)
+        finally:
+            duet.close()
+
+    threads = [threading.Thread(target=side, args=(i, b)) for i, b in ((BASE, base), (CHANGE, change))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    if errors:
+        raise errors[0]
+    return results[BASE], results[CHANGE]
+
+
+def measuring(tests: dict[int, list[str]], done_after: int, log: list[tuple[Any, ...]]) -> Callable[[Duet], Any]:
+    """A side that runs ``tests`` (seq -> labels of its measure calls), each call done after ``done_after`` batches."""
+
+    def body(duet: Duet) -> list[tuple[int, str, Any]]:
+        out = []
+        for seq, labels in tests.items():
+            duet.begin_test(seq)
+            for label in labels:
+                if duet.meet(label):
+                    batches = [0]
+
+                    def batch() -> bool:
+                        batches[0] += 1
+                        log.append((duet.side, seq, label, batches[0]))
+                        return batches[0] >= done_after
+
+                    out.append(
+                        (seq, label, duet.take_turns(lambda: log.append((duet.side, seq, label, "setup")), batch))
+                    )
+                else:
+                    out.append((seq, label, "alone"))
+            duet.end_test()
+        return out
+
+    return body
+
+
+def test_the_sides_alternate_and_stop_in_the_same_round(tmp_path: Path) -> None:
+    channel = make_channel(tmp_path)
+    log: list[tuple[Any, ...]] = []
+    base, change = run_pair(channel, measuring({1: ["a"]}, 2, log), measuring({1: ["a"]}, 4, log))
+    assert base == change == [(1, "a", 4)]  # the rounds go on until both are done: 4
+    assert [entry[0] for entry in log] == [BASE, CHANGE] * 5  # setup, then 4 rounds, base first every time
+
+
+def test_a_call_on_one_side_only_is_measured_alone_and_the_next_ones_pair_again(tmp_path: Path) -> None:
+    channel = make_channel(tmp_path)
+    log: list[tuple[Any, ...]] = []
+    base, change = run_pair(
+        channel,
+        measuring({1: ["a", "extra"], 2: ["b"], 3: ["c"]}, 2, log),
+        measuring({1: ["a"], 2: ["renamed"], 3: ["c"]}, 2, log),
+    )
+    assert base == [(1, "a", 2), (1, "extra", "alone"), (2, "b", "alone"), (3, "c", 2)]
+    assert change == [(1, "a", 2), (2, "renamed", "alone"), (3, "c", 2)]
+
+
+def test_a_silent_peer_is_an_error_that_names_the_other_side(tmp_path: Path) -> None:
+    channel = make_channel(tmp_path)
+    peer = Duet(channel, CHANGE)  # opened, never answers
+    duet = Duet(channel, BASE, timeout_s=0.2)
+    try:
+        duet.begin_test(1)
+        with pytest.raises(DuetError, match=r"the change side sent nothing for 0\.2 s") as exc:
+            duet.meet("a")
+        assert isinstance(exc.value, JetmemError)
+    finally:
+        duet.close()
+        peer.close()
+
+
+def test_side_must_be_base_or_change(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="side must be 0 .base. or 1 .change., got 2"):
+        Duet(make_channel(tmp_path), 2)

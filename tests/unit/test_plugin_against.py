@@ -1,0 +1,151 @@
+"""plugin.against: --jetmem-against=REF runs the base and the change in two child sessions, in turns.
+
+The project under test is a git repository made by pytester; its conftest installs the fake driver with a
+kernel cost read from ``speed.txt``, so a change of that file is a slowdown of a known size on one side.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fakes.fake_driver import TESTS_DIR
+
+pytestmark = pytest.mark.skipif(sys.platform == "win32" or shutil.which("git") is None, reason="needs POSIX and git")
+
+CONFTEST = f"""
+import sys
+from pathlib import Path
+
+sys.path.insert(0, {str(TESTS_DIR)!r})
+from fakes.fake_driver import FakeDriver
+from pytest_jetmem.cuda import driver
+
+driver.install(FakeDriver("dgpu", kernel_ms=float(Path(__file__).with_name("speed.txt").read_text())))
+"""
+
+TESTS = """
+import pytest
+
+SRC = 'extern "C" __global__ void scale(float* x, int n) { int i = threadIdx.x; if (i < n) x[i] *= 2; }'
+
+
+@pytest.mark.memmode("device", "managed")
+@pytest.mark.memmode_runtime(baseline=True)
+def test_gated(jetmem):
+    x = jetmem.zeros(256)
+    k = jetmem.compile(SRC, "scale")
+    jetmem.measure(lambda: k.launch(1, 256, (x, 256)), label="scale")
+
+
+@pytest.mark.memmode("device")
+def test_reported(jetmem):
+    x = jetmem.zeros(256)
+    k = jetmem.compile(SRC, "scale")
+    jetmem.measure(lambda: k.launch(1, 256, (x, 256)), label="scale")
+"""
+
+
+def git(path: Path, *args: str) -> None:
+    subprocess.run(["git", "-c", "user.email=t@jetmem", "-c", "user.name=t", *args], cwd=path, check=True)
+
+
+@pytest.fixture
+def project(pytester: pytest.Pytester) -> pytest.Pytester:
+    """A repository whose HEAD measures a 0.1 ms kernel; the working tree is HEAD until a test changes it."""
+    pytester.makeconftest(CONFTEST)
+    pytester.makepyfile(test_k=TESTS)
+    (pytester.path / "speed.txt").write_text("0.1\n")
+    git(pytester.path, "init", "-q")
+    git(pytester.path, "add", "-A")
+    git(pytester.path, "commit", "-qm", "base")
+    return pytester
+
+
+def table(result: pytest.RunResult) -> dict[str, str]:
+    """test name -> its 'vs baseline' cell, from the jetmem runtimes table."""
+    lines = result.stdout.lines
+    start = next(i for i, line in enumerate(lines) if line.startswith("test ") and "vs baseline" in line)
+    header = lines[start]
+    column = header.index("vs baseline")
+    end = header.index("verdict")
+    out = {}
+    for line in lines[start + 2 :]:
+        if not line.strip() or line.startswith(("=", "-")):
+            break
+        out[line.split()[0]] = line[column:end].strip()
+    return out
+
+
+def test_the_same_code_on_both_sides_is_unchanged(project: pytest.Pytester) -> None:
+    result = project.runpytest_subprocess("-p", "no:cacheprovider", "--jetmem-against=HEAD", "-rA")
+    result.assert_outcomes(passed=3)
+    assert set(table(result).values()) == {"+0.0% unchanged"}
+    result.stdout.fnmatch_lines(["jetmem: against HEAD (*): 3 measurements compared in turns on the same GPU"])
+
+
+def test_a_slower_change_fails_the_gated_tests_only(project: pytest.Pytester, tmp_path: Path) -> None:
+    (project.path / "speed.txt").write_text("0.12\n")  # uncommitted: the change is 20% slower
+    junit = tmp_path / "junit.xml"
+    result = project.runpytest_subprocess("-p", "no:cacheprovider", "--jetmem-against=HEAD", f"--junitxml={junit}")
+    result.assert_outcomes(passed=1, failed=2)
+    result.stdout.fnmatch_lines(
+        [
+            "device scale:kernel: median 0.12* ms vs baseline 0.1* ms: +20.0% (99% CI +20.0%..+20.0%, p*) "
+            "over 8 interleaved rounds > 5% threshold: REGRESSION",
+        ]
+    )
+    assert set(table(result).values()) == {"+20.0% regression"}
+    assert 'name="jetmem:device:scale:kernel:baseline_verdict" value="regression"' in junit.read_text()
+
+
+def test_tests_on_one_side_only_are_reported_not_judged(project: pytest.Pytester) -> None:
+    text = (project.path / "test_k.py").read_text()
+    (project.path / "test_k.py").write_text(text.replace("def test_reported(", "def test_renamed("))
+    result = project.runpytest_subprocess("-p", "no:cacheprovider", "--jetmem-against=HEAD")
+    result.assert_outcomes(passed=3)
+    assert table(result)["test_renamed[device]"] == "only in the change: not compared"
+    result.stdout.fnmatch_lines(
+        [
+            "jetmem: only in the change (reported, not judged): test_k.py::test_renamed[device]",
+            "jetmem: only in the base (not run): test_k.py::test_reported[device]",
+        ]
+    )
+
+
+def test_a_prepared_checkout_path_is_the_base(project: pytest.Pytester, tmp_path: Path) -> None:
+    base = tmp_path / "base"
+    shutil.copytree(project.path, base, ignore=shutil.ignore_patterns(".git"))
+    (base / "speed.txt").write_text("0.2\n")  # the base is slower: the change is an improvement
+    result = project.runpytest_subprocess("-p", "no:cacheprovider", f"--jetmem-against={base}")
+    result.assert_outcomes(passed=3)
+    assert set(table(result).values()) == {"-50.0% improvement"}
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["--jetmem-against=no-such-branch"],
+            "*--jetmem-against=no-such-branch: not a directory and not a git revision*",
+        ),
+        (["--jetmem-against=HEAD", "--jetmem-save=main"], "*--jetmem-against=HEAD measures the base in the same job*"),
+    ],
+    ids=["bad-ref", "with-save"],
+)
+def test_usage_errors(project: pytest.Pytester, args: list[str], message: str) -> None:
+    result = project.runpytest_subprocess("-p", "no:cacheprovider", *args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([message])
+
+
+def test_xdist_runs_a_pair_per_worker(project: pytest.Pytester) -> None:
+    pytest.importorskip("xdist")
+    (project.path / "speed.txt").write_text("0.12\n")
+    result = project.runpytest_subprocess("-p", "no:cacheprovider", "--jetmem-against=HEAD", "-n", "2")
+    result.assert_outcomes(passed=1, failed=2)
+    assert set(table(result).values()) == {"+20.0% regression"}
