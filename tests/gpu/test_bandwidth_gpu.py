@@ -13,7 +13,7 @@ NBYTES = 1 << 30  # 1 GiB, as in REFERENCE.md
 
 @pytest.mark.memmode("device")
 def test_stream_kernels_reach_90_percent_of_memcpy(jetmem, gpu_results):
-    free = jetmem._drv.mem_get_info()[0]
+    free = jetmem.drv.mem_get_info()[0]
     if free < 3 * NBYTES:
         pytest.skip(f"needs 3 GiB free, {free} bytes free")
     n = NBYTES // 4

@@ -48,7 +48,7 @@ def launch_long_kernel(jetmem):
 def cpu_writes_during_kernel(jetmem, other):
     busy = launch_long_kernel(jetmem)
     other.host[:] = 3.0  # the CPU writes managed memory while the kernel spins
-    still_running = not jetmem._drv.stream_query(jetmem.stream)
+    still_running = not jetmem.drv.stream_query(jetmem.stream)
     jetmem.synchronize()
     np.testing.assert_array_equal(other.to_numpy(), 3.0)
     np.testing.assert_array_equal(busy.to_numpy(), 1.0)

@@ -23,7 +23,7 @@ def test_round_trip_and_host_view(jetmem, memmode):
 
 @pytest.mark.memmode
 def test_1000_alloc_free_cycles_leave_free_memory_unchanged(jetmem, memmode, gpu_results):
-    drv = jetmem._drv
+    drv = jetmem.drv
     jetmem.synchronize()
     before = drv.mem_get_info()[0]
     for i in range(1000):
@@ -38,7 +38,7 @@ def test_1000_alloc_free_cycles_leave_free_memory_unchanged(jetmem, memmode, gpu
 
 @pytest.mark.memmode("device", "managed")
 def test_allocation_larger_than_free_memory_is_refused(jetmem):
-    free = jetmem._drv.mem_get_info()[0]
+    free = jetmem.drv.mem_get_info()[0]
     with pytest.raises(AllocationRefused, match="refused to allocate"):
         jetmem.empty(free + (1 << 30), np.uint8)
     assert jetmem.live_buffers() == []

@@ -104,11 +104,12 @@ def test_baseline_save_compare_and_regression(pytester, jetmem_device, monkeypat
     r.assert_outcomes(passed=1)
     saved = json.loads((bdir / "main.json").read_text())
     assert saved["format"] == "pytest-jetmem-baseline" and len(saved["entries"]) == 1
-    # saving again under the same name is refused: nothing is silently overwritten
-    r = pytester.runpytest_subprocess(f"--jetmem-baseline-dir={bdir}", "--jetmem-save=main")
-    r.stdout.fnmatch_lines(["*jetmem: error: --jetmem-save:*"])
-    assert r.ret != 0
-    assert json.loads((bdir / "main.json").read_text()) == saved
+    # saving again appends this session: nothing is overwritten, and three sessions know their noise
+    for _ in range(2):
+        r = pytester.runpytest_subprocess(f"--jetmem-baseline-dir={bdir}", "--jetmem-save=main")
+        r.assert_outcomes(passed=1)
+    (entry,) = json.loads((bdir / "main.json").read_text())["entries"].values()
+    assert len(set(entry["run_sessions"])) == 3 and entry["runs"][0] == next(iter(saved["entries"].values()))["samples"]
     # the same work compared: no regression
     r = pytester.runpytest_subprocess(f"--jetmem-baseline-dir={bdir}", "--jetmem-compare=main", "-rA")
     r.assert_outcomes(passed=1)

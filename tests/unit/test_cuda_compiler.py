@@ -22,6 +22,7 @@ try:
 except CudaUnavailable as exc:  # pragma: no cover - depends on the install
     pytest.skip(f"no NVRTC: {exc}", allow_module_level=True)
 
+HEADERS = driver.find_cuda_headers()
 SM72_REASON = "sm_72 needs the CUDA 12 NVRTC (pip install nvidia-cuda-nvrtc-cu12)"
 ARCHS = [
     "sm_87",
@@ -140,8 +141,10 @@ def test_bundled_kernel_compiles(name: str, arch: str, counting: CountingDriver)
     assert name in elf_functions(ck.cubin)
     assert (ck.name, ck.arch, ck.options, ck.nvrtc_version) == (name, arch, (), NVRTC)
     assert ck.from_cache is False
-    assert ck.key == cache_key(src, name, (), arch, NVRTC)
-    assert counting.compiles == [(filename, (f"--gpu-architecture={arch}",), (name,))]
+    assert ck.key == cache_key(src, name, (), arch, NVRTC, HEADERS.paths, HEADERS.fingerprint, {})
+    assert ck.include_dirs == HEADERS.paths
+    includes = tuple(f"-I{d}" for d in HEADERS.paths)
+    assert counting.compiles == [(filename, (f"--gpu-architecture={arch}", *includes), (name,))]
 
 
 def test_arch_changes_the_cubin() -> None:
@@ -461,3 +464,145 @@ def test_an_arch_nvrtc_13_dropped_names_the_cu12_extra() -> None:
         pytest.skip("needs NVRTC 13 (this one compiles sm_72)")
     with pytest.raises(CompileError, match=r"CUDA 12's NVRTC does: install pytest-jetmem\[cu12\]"):
         compile_kernel('extern "C" __global__ void k() {}', "k", "sm_72", drv=backend)
+
+
+# --- CUDA headers, include directories, options (issue 10) ----------------------------------------------------
+
+from user_kernels import USER_KERNELS  # noqa: E402  (the sources the GPU tests run: tests/user_kernels.py)
+
+NEEDS_HEADERS = pytest.mark.skipif(
+    not HEADERS.dirs, reason=f"no CUDA headers installed (pip install -e '.[cu13]'): {HEADERS.describe()}"
+)
+
+
+@NEEDS_HEADERS
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("kernel", USER_KERNELS, ids=lambda k: k.id)
+def test_kernels_including_cuda_headers_compile_without_help(kernel: Any, arch: str) -> None:
+    ck = compile_kernel(kernel.source, kernel.name, arch, options=kernel.options, drv=DRV)
+    assert ck.symbol in elf_functions(ck.cubin)
+    assert int(arch[3:]) in elf_sm(ck.cubin)
+
+
+def test_header_search_finds_the_cuda_headers_in_order() -> None:
+    search = driver.find_cuda_headers()
+    assert search is driver.find_cuda_headers()  # cached
+    if search.dirs:
+        runtime = search.paths[0]
+        assert Path(runtime, "cuda_fp16.h").is_file()
+        assert any(Path(d, "cuda", "std", "version").is_file() for d in search.paths)
+        assert "used" in search.describe()
+
+
+@pytest.fixture
+def no_pathfinder(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """cuda.pathfinder finds nothing: the environment variables and /usr/local/cuda decide."""
+    pathfinder = pytest.importorskip("cuda.pathfinder")
+    monkeypatch.setattr(pathfinder, "locate_nvidia_header_directory", lambda libname: None)
+    monkeypatch.setattr(driver, "SYSTEM_CUDA", "/nonexistent/cuda")
+    driver._find_cuda_headers.cache_clear()
+    yield
+    driver._find_cuda_headers.cache_clear()
+
+
+def fake_toolkit(root: Path) -> Path:
+    (root / "include" / "cccl" / "cuda" / "std").mkdir(parents=True)
+    (root / "include" / "cuda_fp16.h").write_text("// fake\n")
+    (root / "include" / "cccl" / "cuda" / "std" / "version").write_text("// fake\n")
+    return root
+
+
+def test_cuda_home_is_used_after_pathfinder(no_pathfinder: None, tmp_path: Path) -> None:
+    home = fake_toolkit(tmp_path / "home")
+    search = driver.find_cuda_headers({"CUDA_HOME": str(home)})
+    assert search.paths == (str((home / "include").resolve()), str((home / "include" / "cccl").resolve()))
+    assert [via for _, via in search.dirs] == ["$CUDA_HOME", "$CUDA_HOME"]
+    assert "cuda.pathfinder cudart: no header wheel or toolkit found" in search.describe()
+    assert "$CUDA_PATH: not set" in search.describe()
+
+
+def test_cuda_path_is_used_where_cuda_home_has_no_headers(no_pathfinder: None, tmp_path: Path) -> None:
+    path = fake_toolkit(tmp_path / "path")
+    search = driver.find_cuda_headers({"CUDA_HOME": str(tmp_path / "empty"), "CUDA_PATH": str(path)})
+    assert [via for _, via in search.dirs] == ["$CUDA_PATH", "$CUDA_PATH"]
+    assert f"$CUDA_HOME: {tmp_path / 'empty' / 'include'} (no cuda_fp16.h)" in search.describe()
+
+
+def test_missing_cuda_headers_say_where_they_were_looked_for(no_pathfinder: None) -> None:
+    search = driver.find_cuda_headers({})
+    assert search.dirs == ()
+    src = '#include <cuda_fp16.h>\nextern "C" __global__ void f(__half* x) { }\n'
+    with pytest.raises(CompileError) as info:
+        compile_kernel(src, "f", "sm_87", drv=DRV, cuda_headers=search)
+    msg = str(info.value)
+    assert "header 'cuda_fp16.h' not found" in msg
+    assert "your include directories (none given)" in msg
+    assert "the CUDA headers (none found)" in msg
+    assert "$CUDA_HOME: not set" in msg and "/nonexistent/cuda/include (no cuda_fp16.h)" in msg
+    assert "include_dirs=" in msg and "jetmem_include_dirs" in msg and "CUDA_HOME" in msg
+
+
+def test_include_dirs_find_user_headers(tmp_path: Path) -> None:
+    (tmp_path / "inc").mkdir()
+    (tmp_path / "inc" / "scale.h").write_text("#define SCALE 3\n")
+    src = '#include "scale.h"\nextern "C" __global__ void f(int* x) { x[0] = SCALE; }\n'
+    with pytest.raises(CompileError, match=r"(?s)header 'scale.h' not found.*your include directories \(none given\)"):
+        compile_kernel(src, "f", "sm_87", drv=DRV)
+    ck = compile_kernel(src, "f", "sm_87", drv=DRV, include_dirs=tmp_path / "inc")
+    assert ck.include_dirs[0] == str(tmp_path / "inc")
+    assert ck.cubin[:4] == b"\x7fELF"
+
+
+def test_missing_include_dir_is_a_value_error_naming_it(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"include_dirs: '.*nope' is not a directory"):
+        compile_kernel(C_SRC, "c_fn", "sm_87", drv=Untouchable(), include_dirs=[str(tmp_path / "nope")])
+
+
+def test_user_header_content_is_part_of_the_cache_key(tmp_path: Path, counting: CountingDriver) -> None:
+    inc = tmp_path / "inc"
+    (inc / "sub").mkdir(parents=True)
+    (inc / "top.h").write_text('#include "sub/inner.h"\n')
+    (inc / "sub" / "inner.h").write_text("#define VALUE 1\n")
+    src = '#include <top.h>\nextern "C" __global__ void f(int* x) { x[0] = VALUE; }\n'
+    cache = KernelCache(tmp_path / "cache")
+    first = compile_kernel(src, "f", "sm_87", cache=cache, drv=counting, include_dirs=[inc])
+    assert compile_kernel(src, "f", "sm_87", cache=cache, drv=counting, include_dirs=[inc]).from_cache
+    (inc / "sub" / "inner.h").write_text("#define VALUE 2\n")  # a header two levels down changes
+    second = compile_kernel(src, "f", "sm_87", cache=cache, drv=counting, include_dirs=[inc])
+    assert second.from_cache is False and second.key != first.key and second.cubin != first.cubin
+    assert len(counting.compiles) == 2
+
+
+def test_user_headers_lists_nested_headers_and_skips_the_toolkit(tmp_path: Path) -> None:
+    (tmp_path / "a.h").write_text('#include "b.h"\n#include <cuda_fp16.h>\n')
+    (tmp_path / "b.h").write_text('#include "a.h"\n')  # a cycle is fine
+    found = compiler.user_headers('#include "a.h"\n', [str(tmp_path)])
+    assert sorted(Path(p).name for p in found) == ["a.h", "b.h"]
+    assert all(len(digest) == 64 for digest in found.values())
+
+
+@pytest.mark.parametrize(
+    ("options", "expected"),
+    [
+        ("-lineinfo", ("-lineinfo",)),
+        ("-lineinfo  -DN=4 '-DMSG=a b'", ("-lineinfo", "-DN=4", "-DMSG=a b")),
+        (["-lineinfo", "-DN=4"], ("-lineinfo", "-DN=4")),
+        (("-lineinfo",), ("-lineinfo",)),
+        ("", ()),
+        (None, ()),
+    ],
+)
+def test_options_take_a_string_or_a_sequence(options: Any, expected: tuple[str, ...]) -> None:
+    assert compiler.normalize_options(options) == expected
+
+
+def test_a_string_option_reaches_nvrtc_whole() -> None:
+    src = '#if N != 4\n#error N is not 4\n#endif\nextern "C" __global__ void f(int* x) { x[0] = N; }\n'
+    ck = compile_kernel(src, "f", "sm_87", options="-lineinfo -DN=4", drv=DRV)
+    assert ck.options == ("-lineinfo", "-DN=4")
+
+
+@pytest.mark.parametrize("options", [3, b"-lineinfo", ["-lineinfo", 3], [None]])
+def test_bad_options_are_a_type_error(options: Any) -> None:
+    with pytest.raises(TypeError, match="options"):
+        compile_kernel(C_SRC, "c_fn", "sm_87", options=options, drv=Untouchable())

@@ -140,17 +140,87 @@ def test_parse_signature_tricky(source: str, expected: list[Param]) -> None:
     assert parse_signature(source, "f") == expected
 
 
-def test_template_parameter_types_give_none() -> None:
-    assert parse_signature("__global__ void f(Pair<int, float> p, int n) {}", "f") is None
-    assert parse_signature("__global__ void f(int n, const Vec<float>* v) {}", "f") is None
+def test_parameters_of_template_types_are_unknown_not_the_whole_signature() -> None:
+    assert parse_signature("__global__ void f(Pair<int, float> p, int n) {}", "f") == sig(("p", None), ("n", I32))
+    assert parse_signature("__global__ void f(int n, const Vec<float>* v) {}", "f") == sig(("n", I32), ("v", POINTER))
 
 
-def test_template_kernel() -> None:
+def test_template_kernel_by_name_expression_takes_the_instantiated_types() -> None:
     src = "template <typename T>\n__global__ void scale(T* x, T a, int n) {}"
-    # by its name expression: not found by the reader (the caller packs numpy scalars only)
-    assert parse_signature(src, "scale<float>") is None
+    assert parse_signature(src, "scale<float>") == sig(("x", POINTER), ("a", F32), ("n", I32))
+    assert parse_signature(src, "scale<double>") == sig(("x", POINTER), ("a", F64), ("n", I32))
+    assert parse_signature(src, "scale< unsigned int >") == sig(("x", POINTER), ("a", U32), ("n", I32))
     # by its bare name: T is unknown, the rest is read
     assert parse_signature(src, "scale") == sig(("x", POINTER), ("a", None), ("n", I32))
+
+
+@pytest.mark.parametrize(
+    ("source", "name", "expected"),
+    [
+        pytest.param(
+            "template <typename T>\n__global__ void saxpy(T* y, const T* x, T a, size_t n) {}",
+            "saxpy<float>",
+            sig(("y", POINTER), ("x", POINTER), ("a", F32), ("n", U64)),
+            id="the-issue-saxpy",
+        ),
+        pytest.param(
+            "template <class T, typename U = int, int N = 4>\n__global__ void k(T t, U u, int n) {}",
+            "k<__half>",
+            sig(("t", np.dtype("float16")), ("u", I32), ("n", I32)),
+            id="defaults",
+        ),
+        pytest.param(
+            "template <typename T, int N>\n__global__ void k(T t, int n) {}",
+            "k<unsigned long long, 8>",
+            sig(("t", U64), ("n", I32)),
+            id="non-type-argument",
+        ),
+        pytest.param(
+            "namespace ns { template <typename T> __global__ void k(const T* __restrict__ x, T v) {} }",
+            "ns::k<int>",
+            sig(("x", POINTER), ("v", I32)),
+            id="namespace",
+        ),
+        pytest.param(
+            "struct S { int a; };\ntemplate <typename T>\n__global__ void k(T t, float f) {}",
+            "k<S>",
+            sig(("t", None), ("f", F32)),
+            id="struct-argument",
+        ),
+        pytest.param(
+            "template <typename Tin, typename T>\n__global__ void k(Tin a, T b) {}",
+            "k<double, float>",
+            sig(("a", F64), ("b", F32)),
+            id="names-containing-each-other",
+        ),
+    ],
+)
+def test_template_signatures(source: str, name: str, expected: list[Param]) -> None:
+    assert parse_signature(source, name) == expected
+
+
+@pytest.mark.parametrize(
+    ("source", "name"),
+    [
+        pytest.param("template <typename... Ts>\n__global__ void k(Ts... ts) {}", "k<int>", id="pack"),
+        pytest.param("template <typename T>\n__global__ void k(T t) {}", "k<int, float>", id="too-many-arguments"),
+        pytest.param("template <typename T, typename U>\n__global__ void k(T t, U u) {}", "k<int>", id="too-few"),
+        pytest.param("__global__ void k(int t) {}", "k<int>", id="not-a-template"),
+        pytest.param("template <typename T>\n__global__ void k(T t) {}", "k<int", id="unbalanced"),
+    ],
+)
+def test_template_signatures_that_cannot_be_read_give_none(source: str, name: str) -> None:
+    assert parse_signature(source, name) is None
+
+
+def test_template_launch_packs_plain_python_numbers() -> None:
+    src = "template <typename T>\n__global__ void saxpy(T* y, const T* x, T a, size_t n) {}"
+    holders, _ = pack_args(
+        "saxpy<float>", (FakeDeviceArray(0x10), FakeDeviceArray(0x20), 2.0, 1000), parse_signature(src, "saxpy<float>")
+    )
+    assert [h.dtype for h in holders] == [U64, U64, F32, U64]
+    with pytest.raises(LaunchArgumentError, match=r"argument 3 \(n\): -1 is out of range for uint64"):
+        pack_args("saxpy<float>", (0x10, 0x20, 2.0, -1), parse_signature(src, "saxpy<float>"))
 
 
 def test_missing_kernel_gives_none() -> None:
@@ -448,3 +518,132 @@ def test_kernel_repr_and_name() -> None:
     assert make_kernel(owner).name == "stream_write"
     assert repr(make_kernel(owner)) == "<Kernel stream_write sm_87>"
     assert repr(make_kernel(owner, from_cache=True)) == "<Kernel stream_write sm_87 cached>"
+
+
+# --- the per-kernel argument layout (launch cost, issue 10) -------------------------------------------------
+
+MIXED = sig(
+    ("p", POINTER),
+    ("f", F32),
+    ("d", F64),
+    ("h", np.dtype("float16")),
+    ("b", np.dtype("bool")),
+    ("c", np.dtype("int8")),
+    ("uc", np.dtype("uint8")),
+    ("s", np.dtype("int16")),
+    ("i", I32),
+    ("u", U32),
+    ("q", I64),
+    ("n", U64),
+)
+
+
+class BytesDriver:
+    """Reads each argument's bytes through the address table at launch time, as cuLaunchKernel copies them."""
+
+    def __init__(self, params: list[Param]) -> None:
+        self.sizes = [8 if p.kind == POINTER else np.dtype(p.kind).itemsize for p in params]  # type: ignore[arg-type]
+        self.launches: list[tuple[list[bytes], int]] = []
+
+    def launch_kernel(self, func: Any, grid: Any, block: Any, shared_mem: int, stream: Any, params_ptr: int) -> None:
+        table = (ctypes.c_uint64 * len(self.sizes)).from_address(params_ptr)
+        self.launches.append(([ctypes.string_at(table[i], n) for i, n in enumerate(self.sizes)], params_ptr))
+
+
+class BytesOwner(RecordingOwner):
+    def __init__(self, params: list[Param]) -> None:
+        super().__init__()
+        self.drv = BytesDriver(params)  # type: ignore[assignment]
+
+
+def mixed_kernel(params: list[Param] = MIXED) -> tuple[Kernel, BytesOwner]:
+    owner = BytesOwner(params)
+    compiled = CompiledKernel("mixed", "mixed", "sm_87", (), (13, 0), b"\x7fELF", "", "key", False)
+    return Kernel(owner, compiled, params), owner  # type: ignore[arg-type]
+
+
+MIXED_ARGS = [
+    (FakeDeviceArray(0xABC0), 1.5, -2.25, 0.5, True, -5, 200, -300, -70000, 3_000_000_000, -(2**40), 2**63),
+    (0x1000, np.float32(3.0), 7, 65504.0, np.bool_(False), np.int8(1), 0, 0, np.int32(-1), 0, 2**62, np.uint64(5)),
+    (FakeDeviceArray(2**64 - 1), float("inf"), float("nan"), -0.0, False, 127, 255, 32767, 2**31 - 1, 2**32 - 1, 0, 0),
+]
+
+
+@pytest.mark.parametrize("args", MIXED_ARGS, ids=["python-values", "numpy-and-raw-address", "limits"])
+def test_the_layout_packs_the_same_bytes_as_the_checked_path(args: tuple[Any, ...]) -> None:
+    k, owner = mixed_kernel()
+    k.launch(1, 1, args)
+    holders, _ = pack_args("mixed", args, MIXED)
+    got, _ = owner.drv.launches[0]
+    assert got == [h.tobytes() for h in holders]
+
+
+def test_the_layout_is_built_once_and_reused() -> None:
+    k, owner = mixed_kernel()
+    layout = k._layout
+    assert layout is not None
+    k.launch(1, 1, MIXED_ARGS[0])
+    k.launch(2, 2, MIXED_ARGS[1])
+    (first, ptr1), (second, ptr2) = owner.drv.launches
+    assert k._layout is layout and ptr1 == ptr2 == layout.table_address  # one table, reused
+    assert first != second  # and refilled each launch
+
+
+@pytest.mark.parametrize(
+    ("index", "value", "message"),
+    [
+        (8, 2**31, r"argument 8 \(i\): 2147483648 is out of range for int32"),
+        (1, 1e40, r"argument 1 \(f\): 1e\+40 is out of range for float32"),
+        (3, 1e6, r"argument 3 \(h\): 1000000.0 is out of range for float16"),
+        (1, np.float64(1.0), r"argument 1 \(f\): expected float32, got numpy float64"),
+        (4, 5, r"argument 4 \(b\): expected a bool \(or 0/1\), got 5"),
+        (11, -1, r"argument 11 \(n\): -1 is out of range for uint64"),
+        (8, 1.5, r"argument 8 \(i\): expected an integer \(int32\), got float 1.5"),
+        (0, 2**64, r"argument 0 \(p\): 18446744073709551616 is out of range for a pointer"),
+        (0, np.int64(4), r"argument 0 \(p\): expected a pointer"),
+        (9, FakeDeviceArray(0x10), r"argument 9 \(u\): expected uint32, got a device buffer"),
+        (2, "1.0", r"argument 2 \(d\): cannot pass str"),
+    ],
+)
+def test_a_bad_argument_names_its_parameter_and_launches_nothing(index: int, value: Any, message: str) -> None:
+    k, owner = mixed_kernel()
+    args = list(MIXED_ARGS[0])
+    args[index] = value
+    with pytest.raises(LaunchArgumentError, match=message):
+        k.launch(1, 1, args)
+    assert owner.drv.launches == [] and owner.before == 0
+
+
+def test_bool_parameter_accepts_zero_and_one_through_the_checked_path() -> None:
+    k, owner = mixed_kernel()
+    args = list(MIXED_ARGS[0])
+    args[4] = 1
+    k.launch(1, 1, args)
+    assert owner.drv.launches[0][0][4] == b"\x01"
+
+
+def test_wrong_count_names_the_parameters() -> None:
+    k, owner = mixed_kernel()
+    with pytest.raises(LaunchArgumentError, match=r"takes 12 arguments \(p \(a pointer\), f \(float32\)"):
+        k.launch(1, 1, MIXED_ARGS[0][:-1])
+    assert owner.drv.launches == []
+
+
+def test_a_signature_with_an_unknown_type_packs_through_the_checked_path() -> None:
+    params = sig(("s", None), ("n", I32))
+    k, owner = mixed_kernel(params)
+    assert k._layout is None
+    owner.drv.sizes = [8, 4]
+    k.launch(1, 1, (np.uint64(7), 3))
+    got, _ = owner.drv.launches[0]
+    assert got == [np.uint64(7).tobytes(), np.int32(3).tobytes()]
+
+
+def test_launch_shapes_are_checked_once_per_tuple() -> None:
+    k, owner = mixed_kernel()
+    k.launch((4, 2), [8, 8], MIXED_ARGS[0])
+    k.launch((4, 2), (8, 8), MIXED_ARGS[0])
+    assert k._shapes == {(4, 2): (4, 2, 1), (8, 8): (8, 8, 1)}  # the list was checked, not kept
+    with pytest.raises(ValueError, match="kernel 'mixed' grid"):
+        k.launch((4, 0), 1, MIXED_ARGS[0])
+    assert (4, 0) not in k._shapes and len(owner.drv.launches) == 2

@@ -165,10 +165,22 @@ def test_entry_validates(kwargs: dict[str, object]) -> None:
 # --- names and paths --------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", ["", "a/b", "../x", ".hidden", "a b", "x" * 101, "ü", "a\\b", None])
+@pytest.mark.parametrize(
+    "name",
+    ["", "../x", "a/../b", "a/.b", "/a", "a/", "a//b", ".hidden", "a b", "x" * 101, "ü", "a\\b", "a%2Fb", None],
+)
 def test_path_rejects_bad_names(tmp_path: Path, name: object) -> None:
     with pytest.raises(ValueError, match="baseline name"):
         BaselineStore(tmp_path).path(name)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("name", "file"), [("feature/foo", "feature%2Ffoo.json"), ("a/b-1/c.d", "a%2Fb-1%2Fc.d.json")])
+def test_branch_like_names_map_to_a_file_directly_in_the_directory(tmp_path: Path, name: str, file: str) -> None:
+    store = BaselineStore(tmp_path)
+    assert store.path(name) == tmp_path / file
+    store.save(name, ORIN, {}, "s1")
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".json")] == [file]
+    assert store.names() == [name] and store.load(name).name == name
 
 
 def test_path_and_names(tmp_path: Path) -> None:

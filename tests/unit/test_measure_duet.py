@@ -39,6 +39,21 @@ def run_pair(channel: Path, base: Callable[[Duet], Any], change: Callable[[Duet]
     return results[BASE], results[CHANGE]
 
 
+def one_call(duet: Duet, seq: int, label: str, done_after: int, log: list[tuple[Any, ...]]) -> Any:
+    """One measure call: meet, then take turns until this side is done after ``done_after`` batches."""
+    if not duet.meet(label):
+        return "alone"
+    batches = 0
+
+    def batch() -> bool:
+        nonlocal batches
+        batches += 1
+        log.append((duet.side, seq, label, batches))
+        return batches >= done_after
+
+    return duet.take_turns(lambda: log.append((duet.side, seq, label, "setup")), batch)
+
+
 def measuring(tests: dict[int, list[str]], done_after: int, log: list[tuple[Any, ...]]) -> Callable[[Duet], Any]:
     """A side that runs ``tests`` (seq -> labels of its measure calls), each call done after ``done_after`` batches."""
 
@@ -46,20 +61,7 @@ def measuring(tests: dict[int, list[str]], done_after: int, log: list[tuple[Any,
         out = []
         for seq, labels in tests.items():
             duet.begin_test(seq)
-            for label in labels:
-                if duet.meet(label):
-                    batches = [0]
-
-                    def batch() -> bool:
-                        batches[0] += 1
-                        log.append((duet.side, seq, label, batches[0]))
-                        return batches[0] >= done_after
-
-                    out.append(
-                        (seq, label, duet.take_turns(lambda: log.append((duet.side, seq, label, "setup")), batch))
-                    )
-                else:
-                    out.append((seq, label, "alone"))
+            out += [(seq, label, one_call(duet, seq, label, done_after, log)) for label in labels]
             duet.end_test()
         return out
 
@@ -101,5 +103,5 @@ def test_a_silent_peer_is_an_error_that_names_the_other_side(tmp_path: Path) -> 
 
 
 def test_side_must_be_base_or_change(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="side must be 0 .base. or 1 .change., got 2"):
+    with pytest.raises(ValueError, match=r"side must be 0 .base. or 1 .change., got 2"):
         Duet(make_channel(tmp_path), 2)

@@ -96,7 +96,7 @@ def test_a_slower_change_fails_the_gated_tests_only(project: pytest.Pytester, tm
     result.stdout.fnmatch_lines(
         [
             "device scale:kernel: median 0.12* ms vs baseline 0.1* ms: +20.0% (99% CI +20.0%..+20.0%, p*) "
-            "over 8 interleaved rounds > 5% threshold: REGRESSION",
+            "over 5 interleaved rounds > 5% threshold: REGRESSION",
         ]
     )
     assert set(table(result).values()) == {"+20.0% regression"}

@@ -77,15 +77,22 @@ def test_valid_markers_collect(pytester: pytest.Pytester, fake_driver: FakeDrive
             @pytest.mark.memmode_runtime(max_ms=5, max_ratio=1, relative_to="device", scope="kernel",
                                          baseline=False, label="fill", runs=1)
             def test_all(jetmem):
-                pass
+                jetmem.measure(fill(jetmem), label="fill")
 
+            @pytest.mark.memmode("device")
             @pytest.mark.memmode_runtime
-            def test_bare():
-                pass
+            def test_bare(jetmem):
+                jetmem.measure(fill(jetmem))
             """
         )
     )
-    pytester.runpytest().assert_outcomes(passed=3)
+    result = pytester.runpytest("--collect-only", "-q")
+    assert result.ret == pytest.ExitCode.OK
+    assert [line for line in result.outlines if "::" in line] == [
+        "test_ok.py::test_all[device]",
+        "test_ok.py::test_all[zero_copy]",
+        "test_ok.py::test_bare[device]",
+    ]
 
 
 def test_relative_to_needs_the_memmode_marker(pytester: pytest.Pytester, fake_driver: FakeDriver) -> None:

@@ -278,12 +278,14 @@ def test_report_without_measurements_says_so(pytester: pytest.Pytester, fake_dri
     assert json.loads(out.with_suffix(".json").read_text())["rows"] == []
 
 
-def test_report_that_cannot_be_written_fails_the_session(pytester: pytest.Pytester, fake_driver: FakeDriver) -> None:
+def test_report_that_cannot_be_written_is_a_usage_error(pytester: pytest.Pytester, fake_driver: FakeDriver) -> None:
+    """Checked before the session starts (issue 11); a failure at the end: test_plugin_usage_errors.py."""
     (pytester.path / "taken.html").mkdir()  # a directory where the page should go
     pytester.makepyfile(test_none="def test_nothing():\n    pass\n")
     result = pytester.runpytest("-p", "no:cacheprovider", "--jetmem-report=taken.html")
-    assert result.ret == pytest.ExitCode.TESTS_FAILED
-    result.stdout.fnmatch_lines(["jetmem: error: --jetmem-report: cannot write *taken.html: *"])
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["ERROR: --jetmem-report=*taken.html: is a directory; expected a file path"])
+    assert not (pytester.path / "taken.json").exists()
 
 
 def test_only_the_xdist_controller_writes_the_report(pytester: pytest.Pytester, jetmem_kernel_cache: Path) -> None:

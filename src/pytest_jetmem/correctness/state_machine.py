@@ -44,7 +44,7 @@ from pytest_jetmem.correctness import coherence, strict
 from pytest_jetmem.correctness import strategies as jst
 from pytest_jetmem.cuda import attach as attach_mod
 from pytest_jetmem.cuda import bundled, driver
-from pytest_jetmem.cuda.workspace import Workspace, open_workspace
+from pytest_jetmem.cuda.workspace import COPY, Workspace, open_workspace
 from pytest_jetmem.errors import JetmemError
 
 if TYPE_CHECKING:
@@ -408,6 +408,7 @@ class CoherenceMachine(RuleBasedStateMachine):
         self.ensure_gpu_access(dst)
         self.gpu_wait()
         self.jm.drv.memcpy_dtod(dst.buf.ptr + 4 * b, src.buf.ptr + 4 * a, 4 * count, self.jm.stream)
+        self.jm.queued(self.jm.stream, COPY)  # a device-side copy makes the stream busy (Tegra-strict's books)
         self.model.copy(src.name, a, dst.name, b, count)
 
     # -- synchronisation --------------------------------------------------------------------------------------

@@ -109,6 +109,7 @@ def parse_signature(source: str, name: str) -> list[Param] | None:
             text = re.sub(rf"\b{re.escape(tname)}\b", f" {value} ", text)
         pointer = "*" in text or "&" in text
         templated = "<" in text
+        text = re.sub(r"(?:::)?\b(?:cuda\s*::\s*)?std\s*::\s*", " ", text)  # cuda::std::size_t, std::int32_t
         tokens = [t for t in re.split(r"[\s*&]+", re.sub(r"<.*>", " ", text)) if t and t not in _QUALIFIERS]
         named = len(tokens) >= 2 and tokens[-1] not in _TYPE_WORDS
         pname = tokens[-1] if named else f"arg{i}"
@@ -291,8 +292,10 @@ class _Slow(Exception):
 def _pointer_value(value: Any) -> int:
     if isinstance(value, Buffer):
         return value.ptr
+    if type(value) is int:
+        return value  # a raw device address (struct range-checks it)
     cai = getattr(value, "__cuda_array_interface__", None)
-    if cai is None or type(value) is int:
+    if cai is None:
         raise _Slow
     return int(cai["data"][0])
 
@@ -376,6 +379,20 @@ class Kernel:
         self.compiled = compiled
         self.params = params
         self._layout = _Layout(params) if params is not None and _Layout.possible(params) else None
+        self._shapes: dict[tuple[int, ...], tuple[int, int, int]] = {}  # launch shapes already checked
+
+    def _shape(self, value: int | Sequence[int], what: str) -> tuple[int, int, int]:
+        """``value`` as a checked dim3; tuples checked once per kernel (the same launch shape is the common case)."""
+        if type(value) is int and value > 0:
+            return (value, 1, 1)
+        if type(value) is tuple:
+            known = self._shapes.get(value)
+            if known is not None:
+                return known
+        dims = _dim3(value, f"kernel {self.name!r} {what}")
+        if type(value) is tuple and len(self._shapes) < 64:
+            self._shapes[value] = dims
+        return dims
 
     @property
     def name(self) -> str:
@@ -397,8 +414,8 @@ class Kernel:
         The arguments are checked against the kernel's parameters before anything is queued; a wrong
         count, type or value raises :class:`LaunchArgumentError` naming the parameter.
         """
-        g = (grid, 1, 1) if type(grid) is int and grid > 0 else _dim3(grid, f"kernel {self.name!r} grid")
-        b = (block, 1, 1) if type(block) is int and block > 0 else _dim3(block, f"kernel {self.name!r} block")
+        g = self._shape(grid, "grid")
+        b = self._shape(block, "block")
         ctx = self._ctx
         target = stream if stream is not None else ctx.stream
         layout = self._layout

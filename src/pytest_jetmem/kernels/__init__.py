@@ -21,6 +21,7 @@ __all__ = ["coherence", "conv2d", "matmul", "names", "source_file", "sources", "
 STREAM_BLOCK = 256
 CONV_BLOCK = (16, 16)
 MATMUL_TILE = 32
+_F32, _U32, _U64 = np.dtype(np.float32), np.dtype(np.uint32), np.dtype(np.uint64)
 
 
 def stream_grid(n: int, sm_count: int) -> int:
@@ -31,9 +32,9 @@ def stream_grid(n: int, sm_count: int) -> int:
 
 def conv2d(jm: Workspace, image: Buffer, kernel: Buffer, out: Buffer) -> None:
     """Queue ``out = conv2d_replicate(image, kernel)``; image and out are (height, width) float32."""
-    _expect(image, 2, np.float32, "image")
-    _expect(kernel, 2, np.float32, "kernel")
-    _expect(out, 2, np.float32, "out")
+    _expect(image, 2, _F32, "image")
+    _expect(kernel, 2, _F32, "kernel")
+    _expect(out, 2, _F32, "out")
     h, w = image.shape
     kh, kw = kernel.shape
     if kh % 2 == 0 or kw % 2 == 0:
@@ -47,7 +48,7 @@ def conv2d(jm: Workspace, image: Buffer, kernel: Buffer, out: Buffer) -> None:
 def matmul(jm: Workspace, a: Buffer, b: Buffer, c: Buffer) -> None:
     """Queue ``c = a @ b`` with the shared-memory tiled kernel."""
     for buf, what in ((a, "a"), (b, "b"), (c, "c")):
-        _expect(buf, 2, np.float32, what)
+        _expect(buf, 2, _F32, what)
     m, k = a.shape
     k2, n = b.shape
     if k != k2 or c.shape != (m, n):
@@ -61,7 +62,7 @@ def stream(jm: Workspace, op: str, *buffers: Buffer, value: float = 1.0) -> None
     sms = jm.device.attr("MULTIPROCESSOR_COUNT") or 1
     n = buffers[0].size
     for b in buffers:
-        _expect(b, None, np.float32, op)
+        _expect(b, None, _F32, op)
     grid = stream_grid(n, sms)
     k = jm.kernel(f"stream_{op}")
     if op == "read":
@@ -82,8 +83,8 @@ def stream(jm: Workspace, op: str, *buffers: Buffer, value: float = 1.0) -> None
 
 def coherence(jm: Workspace, buf: Buffer, expect_seed: int, new_seed: int, check: bool, result: Buffer) -> None:
     """Queue the coherence probe over ``buf`` (uint32); ``result`` is 2 uint64 set to (0, ~0)."""
-    _expect(buf, None, np.uint32, "buf")
-    _expect(result, None, np.uint64, "result")
+    _expect(buf, None, _U32, "buf")
+    _expect(result, None, _U64, "result")
     sms = jm.device.attr("MULTIPROCESSOR_COUNT") or 1
     grid = max(1, min((buf.size + 255) // 256, sms * 32))
     jm.kernel("coherence_check_write").launch(
@@ -91,8 +92,8 @@ def coherence(jm: Workspace, buf: Buffer, expect_seed: int, new_seed: int, check
     )
 
 
-def _expect(buf: Buffer, ndim: int | None, dtype: type, what: str) -> None:
-    if buf.dtype != np.dtype(dtype):
-        raise TypeError(f"{what}: expected a {np.dtype(dtype)} buffer, got {buf.dtype}")
+def _expect(buf: Buffer, ndim: int | None, dtype: np.dtype, what: str) -> None:
+    if buf.dtype != dtype:
+        raise TypeError(f"{what}: expected a {dtype} buffer, got {buf.dtype}")
     if ndim is not None and len(buf.shape) != ndim:
         raise ValueError(f"{what}: expected {ndim} dimensions, got shape {buf.shape}")

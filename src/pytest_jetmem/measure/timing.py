@@ -244,18 +244,20 @@ def measure(
     sampler = Sampler(ws, fn, scope, inputs, outputs, flush_l2)
     rounds: list[list[float]] = []
     try:
-        before = ws.session.device.clock_state()
+        device = ws.session.device
+        warm: list[ClockState | None] = [None]  # the clocks right after the warm-up (an idle GPU clocks down)
         if duet is not None and duet.meet(label):
-            first, first_wall, samples, reason, span, rounds = _in_turns(ws, sampler, rule, warmup, duet)
+            first, first_wall, samples, reason, span, rounds = _in_turns(ws, sampler, rule, warmup, duet, warm)
         else:
             with gpu_lock(ws.device.ordinal):
                 t_start = time.time()
                 first, first_wall = sampler.first()
                 for _ in range(warmup):
                     sampler.sample()
+                warm[0] = device.clock_state()
                 ((samples, reason),) = run_samples([sampler], rule)
                 span = (t_start, time.time())
-        clocks = _clocks(before, ws.session.device.clock_state())
+        clocks = _clocks(warm[0], device.clock_state())
         m = Measurement(
             label=label,
             mode=ws.mode,
@@ -287,12 +289,12 @@ def _clocks(before: ClockState | None, after: ClockState | None) -> dict[str, An
 
 
 #: Samples per turn under ``--jetmem-against``, and the fewest rounds a paired measurement takes.
-TURN_SAMPLES = 3
-MIN_ROUNDS = 8
+TURN_SAMPLES = 2
+MIN_ROUNDS = 5  # 10 samples a side at least: the floor of a plain measurement (StoppingRule.min_samples)
 
 
 def _in_turns(
-    ws: Workspace, sampler: Sampler, rule: StoppingRule, warmup: int, duet: Duet
+    ws: Workspace, sampler: Sampler, rule: StoppingRule, warmup: int, duet: Duet, warm: list[ClockState | None]
 ) -> tuple[float, float, list[float], str, tuple[float, float], list[list[float]]]:
     """First call, warm-up and samples taken in turns with the other side (each turn under the GPU lock)."""
     state: dict[str, Any] = {"reason": ""}
@@ -304,6 +306,7 @@ def _in_turns(
             state["first"] = sampler.first()
             for _ in range(warmup):
                 sampler.sample()
+            warm[0] = ws.session.device.clock_state()
         state["t0"] = time.perf_counter()
 
     def batch() -> bool:

@@ -134,7 +134,7 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     return lines
 
 
-@pytest.hookimpl(wrapper=True)
+@pytest.hookimpl(wrapper=True, tryfirst=True)  # outermost: the runtime half publishes its rows first
 def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> Iterator[Any]:
     """A ``memmode_runtime`` test whose body returned but whose marker judged nothing fails, saying why."""
     result = yield

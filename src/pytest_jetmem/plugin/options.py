@@ -72,8 +72,8 @@ def get_float(config: pytest.Config, name: str, *, minimum: float, what: str) ->
         number = float(value)
     except (TypeError, ValueError):
         raise pytest.UsageError(f"{source}: expected {what}, got {value!r}") from None
-    if not math.isfinite(number) or number < minimum:
-        raise pytest.UsageError(f"{source}: expected {what}, got {number!r}")
+    if not math.isfinite(number) or number < minimum:  # the value as given (an ini key's text: "-1e9")
+        raise pytest.UsageError(f"{source}: expected {what}, got {value!r}")
     return number
 
 
@@ -85,7 +85,7 @@ def get_int(config: pytest.Config, name: str, *, minimum: int, what: str) -> int
     except ValueError:
         raise pytest.UsageError(f"{source}: expected {what}, got {value!r}") from None
     if isinstance(number, bool) or not isinstance(number, int) or number < minimum:
-        raise pytest.UsageError(f"{source}: expected {what}, got {number!r}")
+        raise pytest.UsageError(f"{source}: expected {what}, got {value!r}")
     return number
 
 

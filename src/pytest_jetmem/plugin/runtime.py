@@ -19,7 +19,7 @@ import pytest
 
 from pytest_jetmem.errors import BaselineError, BaselineNotFound
 from pytest_jetmem.handle import Jetmem
-from pytest_jetmem.machine.jetson import read_jetson_state, timing_warnings
+from pytest_jetmem.machine.jetson import for_device, read_jetson_state, timing_warnings
 from pytest_jetmem.measure.baseline import WINDOW_SESSIONS, BaselineStore, Entry, entry_key
 from pytest_jetmem.measure.benchjson import benchmark_json, write_benchmark_json
 from pytest_jetmem.measure.compare import Comparison, Verdict, compare_sessions
@@ -546,7 +546,8 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
         if state.baseline_skip_reason:
             tr.write_line(f"jetmem: {state.baseline_skip_reason}", yellow=True)
         after = read_jetson_state(sysroot())
-        if state.jetson_before is not None and state.jetson_before.is_jetson:
+        integrated = state.device.probed_info.integrated if state.device.probed_info is not None else None
+        if state.jetson_before is not None and for_device(state.jetson_before, integrated).is_jetson:
             for w in timing_warnings(state.jetson_before, after):
                 tr.write_line(f"jetmem: warning: {w}", yellow=True)
     _nothing_saved_note(tr, state)
