@@ -73,7 +73,7 @@ def test_template_kernel_with_plain_python_numbers(jetmem, source, name, dtype):
     expected = y0.copy()
     expected[:n] = dtype(2.5) * x[:n] + y0[:n]
     got = yb.to_numpy()
-    np.testing.assert_allclose(got[:n], expected[:n], rtol=1e-6)
+    np.testing.assert_allclose(got[:n], expected[:n], rtol=1e-5, atol=1e-6)  # a * x + y: the GPU fuses it (FMA)
     np.testing.assert_array_equal(got[n:], y0[n:])  # past n: untouched
 
 
