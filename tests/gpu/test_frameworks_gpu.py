@@ -75,9 +75,8 @@ def test_numba_cuda_jit_on_jetmem_stream(jetmem, gpu_results):
     try:  # numba compiles at the first launch: one built for an older numpy fails there (np.row_stack, numpy 2.2)
         scale[1, 1](numba_cuda.device_array(1, np.float32), numba_cuda.device_array(1, np.float32), np.float32(1))
     except AttributeError as exc:
-        pytest.skip(
-            f"numba {getattr(sys.modules.get('numba'), '__version__', '?')} does not work with numpy {np.__version__}: {exc}"
-        )
+        version = getattr(sys.modules.get("numba"), "__version__", "?")
+        pytest.skip(f"numba {version} does not work with numpy {np.__version__}: {exc}")
 
     x = jetmem.array(np.arange(N, dtype=np.float32))
     y = jetmem.empty(N).fill_bytes(0xFF)
