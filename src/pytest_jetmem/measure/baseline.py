@@ -299,16 +299,16 @@ def _append_runs(old: Entry, new: Entry, old_session: str, new_session: str, win
         *(new.run_sessions or (new_session,) * len(new.run_samples)),
     )
     keep = list(dict.fromkeys(sessions))[-window:]
-    pairs = [(s, r) for s, r in zip(sessions, runs, strict=True) if s in keep][-MAX_RUNS:]
-    return Entry(
-        nodeid=new.nodeid,
-        mode=new.mode,
-        scope=new.scope,
+    return _with_runs(new, [(s, r) for s, r in zip(sessions, runs, strict=True) if s in keep][-MAX_RUNS:])
+
+
+def _with_runs(entry: Entry, pairs: list[tuple[str, tuple[float, ...]]]) -> Entry:
+    """``entry`` holding exactly the (session, run samples) ``pairs``; ``samples`` is all of them."""
+    return replace(
+        entry,
         samples=tuple(v for _, run in pairs for v in run),
-        first_call_ms=new.first_call_ms,
         runs=tuple(run for _, run in pairs),
         run_sessions=tuple(s for s, _ in pairs),
-        sm_mhz=new.sm_mhz,
     )
 
 
@@ -324,18 +324,7 @@ def _without_session(entry: Entry, session: str, file_session: str) -> Entry | N
     """``entry`` without the runs of ``session`` (None if nothing is left)."""
     sessions = entry.run_sessions or (file_session,) * len(entry.run_samples)
     kept = [(s, r) for s, r in zip(sessions, entry.run_samples, strict=True) if s != session]
-    if not kept:
-        return None
-    return Entry(
-        nodeid=entry.nodeid,
-        mode=entry.mode,
-        scope=entry.scope,
-        samples=tuple(v for _, run in kept for v in run),
-        first_call_ms=entry.first_call_ms,
-        runs=tuple(run for _, run in kept),
-        run_sessions=tuple(s for s, _ in kept),
-        sm_mhz=entry.sm_mhz,
-    )
+    return _with_runs(entry, kept) if kept else None
 
 
 class BaselineStore:
