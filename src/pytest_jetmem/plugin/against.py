@@ -35,8 +35,8 @@ from pytest_jetmem.handle import Jetmem
 from pytest_jetmem.measure.compare import compare_paired
 from pytest_jetmem.measure.duet import BASE, CHANGE, Duet, make_channel
 from pytest_jetmem.plugin import options
-from pytest_jetmem.plugin.child_args import forwarded_args, option_takes_value, strip_options
-from pytest_jetmem.plugin.runtime import apply_comparison, at_other_clocks, item_spec, publish_row
+from pytest_jetmem.plugin.child_args import forwarded_args, option_takes_value, run_in_children_only, strip_options
+from pytest_jetmem.plugin.runtime import apply_comparison, at_other_clocks, clock_mhz, item_spec, publish_row
 from pytest_jetmem.plugin.sessions import gate_session
 
 SIDE_ENV = "PYTEST_JETMEM_AGAINST_SIDE"  # "0" (base) or "1" (change): this process is a child
@@ -155,9 +155,12 @@ class ChildProcess:
     log: Path
     collected: set[str] = field(default_factory=set)
 
-    def ask(self, command: dict[str, Any]) -> dict[str, Any]:
+    def send(self, command: dict[str, Any]) -> None:
         self.commands.write(json.dumps(command) + "\n")
         self.commands.flush()
+
+    def ask(self, command: dict[str, Any]) -> dict[str, Any]:
+        self.send(command)
         return self.answer()
 
     def answer(self) -> dict[str, Any]:
@@ -246,8 +249,7 @@ class AgainstParent:
             raise RuntimeError(f"{item.nodeid}: the change's pytest did not collect it (see {change.log})")
         paired = item.nodeid in base.collected
         command = {"cmd": "run", "nodeid": item.nodeid, "seq": self.seq, "paired": paired}
-        change.commands.write(json.dumps(command) + "\n")
-        change.commands.flush()
+        change.send(command)  # both sides run it at once: the change's answer is read last
         base_result = base.ask(command) if paired else None
         change_result = change.answer()
         if not paired:
@@ -262,8 +264,7 @@ class AgainstParent:
     def close(self) -> None:
         for child in self.children.values():
             with contextlib.suppress(OSError, ValueError):
-                child.commands.write(json.dumps({"cmd": "quit"}) + "\n")
-                child.commands.flush()
+                child.send({"cmd": "quit"})
         for child in self.children.values():
             try:
                 child.process.wait(timeout=60)
@@ -278,17 +279,12 @@ class AgainstParent:
             shutil.rmtree(self.base.temporary, ignore_errors=True)
 
 
-def _no_fixture_setup() -> None:
-    """The parent's stand-in for ``Function.setup``: the children set fixtures up, the parent never does."""
-
-
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if config.stash.get(_PARENT, None) is None:
         return
     for item in items:
-        if isinstance(item, pytest.Function):
-            item.setup = _no_fixture_setup  # type: ignore[method-assign]
+        run_in_children_only(item)
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -303,11 +299,6 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
         pytest.fail(f"{pyfuncitem.nodeid}: --jetmem-against={parent.ref}: {exc}", pytrace=False)
     judge(pyfuncitem, parent, change, base)
     return True
-
-
-def _mhz(row: dict[str, Any]) -> float | None:
-    clocks = row.get("clocks")
-    return sum(clocks["sm_mhz"]) / len(clocks["sm_mhz"]) if clocks else None
 
 
 def judge(item: pytest.Function, parent: AgainstParent, change: dict[str, Any], base: dict[str, Any] | None) -> None:
@@ -336,7 +327,7 @@ def judge(item: pytest.Function, parent: AgainstParent, change: dict[str, Any], 
             parent.judged += 1
             row["base_samples"] = other.get("samples")
             cmp = compare_paired(other["run_rounds"], row["run_rounds"], gate.fail_pct if gate else 5.0)
-            cmp = at_other_clocks(cmp, _mhz(other), _mhz(row), then="the base")
+            cmp = at_other_clocks(cmp, clock_mhz(other.get("clocks")), clock_mhz(row.get("clocks")), then="the base")
             if other.get("throttled") and not row.get("throttled"):
                 row["throttled"] = other["throttled"]  # either side throttled: the pair is not comparable
             judged = spec is not None and spec.baseline and outcome == "passed"

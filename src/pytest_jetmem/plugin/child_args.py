@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-__all__ = ["child_argv", "forwarded_args", "option_takes_value", "strip_options"]
+__all__ = ["child_argv", "forwarded_args", "option_takes_value", "run_in_children_only", "strip_options"]
 
 #: Short options whose value is forwarded to the child (``-p name`` or ``-pname``).
 _SHORT_WITH_VALUE = ("-p", "-o", "-W", "-c")
@@ -122,3 +122,13 @@ def child_argv(config: pytest.Config, nodeid: str, basetemp: str) -> list[str]:
     if config.pluginmanager.hasplugin("xdist"):
         argv += ["-n", "0"]  # never distribute the one test (an addopts "-n auto" would)
     return argv
+
+
+def _no_fixture_setup() -> None:
+    """The parent's stand-in for ``Function.setup``: a child sets the fixtures up, the parent never does."""
+
+
+def run_in_children_only(item: pytest.Item) -> None:
+    """Make the parent skip ``item``'s fixture setup: its body runs in a child session, which sets them up."""
+    if isinstance(item, pytest.Function):
+        item.setup = _no_fixture_setup  # type: ignore[method-assign]

@@ -47,7 +47,7 @@ from pytest_jetmem.correctness.isolation import CHILD_RESULT_ENV, run_child, wri
 from pytest_jetmem.cuda.workspace import Workspace
 from pytest_jetmem.errors import CudaError, TegraStrictError
 from pytest_jetmem.plugin import markers, options
-from pytest_jetmem.plugin.child_args import child_argv
+from pytest_jetmem.plugin.child_args import child_argv, run_in_children_only
 from pytest_jetmem.plugin.options import option_group
 from pytest_jetmem.plugin.sessions import device_session
 
@@ -160,10 +160,6 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     markers.validated(metafunc.definition, MARKER, parse_marker)
 
 
-def _no_fixture_setup() -> None:
-    """The parent's stand-in for ``Function.setup``: the child sets the fixtures up, the parent never does."""
-
-
 @pytest.hookimpl(trylast=True)  # after deselection (--jetmem-modes, -k): the items that will run
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     state = concurrency_session(config)
@@ -174,8 +170,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             ctx.target = items[0]  # the same test, under a nodeid computed from another rootdir
         return
     for item in items:
-        if isinstance(item, pytest.Function) and item.get_closest_marker(MARKER) is not None:
-            item.setup = _no_fixture_setup  # type: ignore[method-assign]
+        if item.get_closest_marker(MARKER) is not None:
+            run_in_children_only(item)
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -343,7 +343,7 @@ def _judge(item: pytest.Function, handle: Jetmem, spec: RuntimeSpec | None) -> l
             m.first_call_ms,
             runs=runs,
             run_sessions=(state.session_id,) * len(runs) if runs else (),
-            sm_mhz=_sm_mhz(m),
+            sm_mhz=clock_mhz(m.clocks),
         )
         if state.compare_name is not None:
             if base is None:
@@ -362,7 +362,7 @@ def _judge(item: pytest.Function, handle: Jetmem, spec: RuntimeSpec | None) -> l
                     row["baseline"] = "new (not in baseline)"
                 else:
                     cmp = compare_sessions(entry.sessions(), m.runs or [m.samples], state.fail_pct)
-                    cmp = at_other_clocks(cmp, entry.sm_mhz, _sm_mhz(m))
+                    cmp = at_other_clocks(cmp, entry.sm_mhz, clock_mhz(m.clocks))
                     failure = apply_comparison(item, state, row, cmp, judged=is_judged and spec.baseline)
                     if failure:
                         failures.append(failure)
@@ -375,8 +375,9 @@ def _judge(item: pytest.Function, handle: Jetmem, spec: RuntimeSpec | None) -> l
 CLOCK_TOLERANCE = 0.03
 
 
-def _sm_mhz(m: Measurement) -> float | None:
-    return float(np.median(m.clocks["sm_mhz"])) if m.clocks else None
+def clock_mhz(clocks: dict[str, Any] | None) -> float | None:
+    """The SM clock a measurement ran at (the median of its readings), from its ``clocks`` record; None: unknown."""
+    return float(np.median(clocks["sm_mhz"])) if clocks else None
 
 
 def at_other_clocks(
