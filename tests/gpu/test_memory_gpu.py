@@ -64,32 +64,43 @@ def test_teardown_frees_every_buffer_even_when_the_test_fails(pytester, jetmem_d
     result.assert_outcomes(failed=3, passed=1)
 
 
-def test_sticky_error_in_one_test_does_not_take_the_session_down(pytester, jetmem_device):
-    pytester.makepyfile(
-        """
-        import pytest, numpy as np
-        BAD = 'extern "C" __global__ void bad(float* p) { p[threadIdx.x] = 1.0f; }'
+STICKY_SUITE = """
+import os
 
-        @pytest.mark.memmode("device")
-        def test_illegal_address(jetmem):
-            k = jetmem.compile(BAD, "bad")
-            jetmem.empty(4)
-            k.launch(1, 32, (0xDEAD0000,))
-            jetmem.synchronize()
+import numpy as np
+import pytest
 
-        @pytest.mark.memmode
-        def test_after(jetmem):
-            x = jetmem.array(np.arange(10, dtype=np.float32))
-            np.testing.assert_array_equal(x.to_numpy(), np.arange(10))
+BAD = 'extern "C" __global__ void poke(float* p) { p[threadIdx.x] = 1.0f; }'
 
-        def test_plain():
-            assert 1 + 1 == 2
-        """
-    )
-    result = pytester.runpytest_subprocess("-p", "no:randomly", "-rs")
-    # the broken test fails, later GPU tests skip with the reason, plain tests run, the session ends normally
-    result.assert_outcomes(failed=1, passed=1, skipped=3)
-    result.stdout.fnmatch_lines(
-        ["*CUDA_ERROR_ILLEGAL_ADDRESS*", "*SKIPPED*unusable after CUDA_ERROR_ILLEGAL_ADDRESS in*"]
-    )
+
+@pytest.mark.parametrize("i", range(1, 21))
+@pytest.mark.memmode("device")
+def test_gpu(jetmem, i):
+    x = jetmem.array(np.full(32, i, dtype=np.float32))
+    k = jetmem.compile(BAD, "poke")
+    k.launch(1, 32, (0xDEAD0000 if i == 5 else x,))  # test 5: an illegal address, sticky
+    jetmem.synchronize()
+    np.testing.assert_array_equal(x.to_numpy(), 1.0)
+    assert i != 13, "a real failure in test 13"
+    print(f"pid={os.getpid()}")
+
+
+def test_plain():
+    assert 1 + 1 == 2
+"""
+
+
+@pytest.mark.parametrize("xdist", [False, True], ids=["serial", "xdist"])
+def test_a_sticky_error_costs_only_its_own_test(pytester, jetmem_device, xdist):
+    """20 GPU tests, the 5th makes an illegal address: the other 19 reach their real outcome (plugin.relay)."""
+    pytester.makepyfile(test_suite=STICKY_SUITE)
+    args = ["-p", "no:randomly", "-rA", "--junitxml=j.xml"] + (["-n", "2"] if xdist else ["-p", "no:xdist"])
+    result = pytester.runpytest_subprocess(*args)
+    result.assert_outcomes(passed=19, failed=2)  # test 5 (its own fault) and test 13 (a real failure)
+    text = result.stdout.str()
+    assert "CUDA_ERROR_ILLEGAL_ADDRESS" in text and "a real failure in test 13" in text
+    failed = sorted(line.split("::")[1].split(" ")[0] for line in result.stdout.lines if line.startswith("FAILED"))
+    assert failed == ["test_gpu[13-device]", "test_gpu[5-device]"], failed
+    if not xdist:
+        result.stdout.fnmatch_lines(["*after a sticky CUDA error*15 later GPU test(s) ran in 1 fresh session(s)*"])
     assert result.ret == 1

@@ -6,6 +6,7 @@
 - :mod:`~pytest_jetmem.plugin.concurrency`: ``@pytest.mark.memmode_concurrency`` and ``--jetmem-tegra-strict``;
 - :mod:`~pytest_jetmem.plugin.report`: ``--jetmem-report``;
 - :mod:`~pytest_jetmem.plugin.against`: ``--jetmem-against``, the base and the change measured in turns;
+- :mod:`~pytest_jetmem.plugin.relay`: after a sticky CUDA error, later GPU tests run in a fresh child session;
 - :mod:`~pytest_jetmem.plugin.nogpu`: without a GPU, ``jetmem`` tests compile and check their kernels
   (``--jetmem-arch``), and the ini key ``jetmem_include_dirs``.
 
@@ -24,4 +25,5 @@ pytest_plugins = [
     "pytest_jetmem.plugin.report",
     "pytest_jetmem.plugin.against",
     "pytest_jetmem.plugin.nogpu",
+    "pytest_jetmem.plugin.relay",
 ]

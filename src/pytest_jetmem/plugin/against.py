@@ -25,7 +25,7 @@ import sys
 import tarfile
 import tempfile
 from collections.abc import Generator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
@@ -35,9 +35,17 @@ from pytest_jetmem.handle import Jetmem
 from pytest_jetmem.measure.compare import compare_paired
 from pytest_jetmem.measure.duet import BASE, CHANGE, Duet, make_channel
 from pytest_jetmem.plugin import options
-from pytest_jetmem.plugin.child_args import forwarded_args, option_takes_value, run_in_children_only, strip_options
+from pytest_jetmem.plugin.children import (
+    ChildProcess,
+    driven_pipes,
+    forwarded_args,
+    option_takes_value,
+    run_in_children_only,
+    spawn_driven,
+    strip_options,
+)
 from pytest_jetmem.plugin.runtime import apply_comparison, at_other_clocks, clock_mhz, item_spec, publish_row
-from pytest_jetmem.plugin.sessions import gate_session
+from pytest_jetmem.plugin.sessions import device_session, gate_session
 
 SIDE_ENV = "PYTEST_JETMEM_AGAINST_SIDE"  # "0" (base) or "1" (change): this process is a child
 CHANNEL_ENV = "PYTEST_JETMEM_AGAINST_CHANNEL"
@@ -79,6 +87,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if side is not None:
         global _current_child
         _current_child = config.stash[_CHILD] = AgainstChild.from_environment(config, int(side))
+        device_session(config).relay_allowed = False  # the parent pairs this side's tests: no relay behind it
         return
     ref = options.get_str(config, "against")
     if ref is None:
@@ -144,42 +153,6 @@ def prepare_base(config: pytest.Config, ref: str) -> BaseTree:
 # -- the parent ---------------------------------------------------------------------------------------------------
 
 
-@dataclass
-class ChildProcess:
-    """One side's pytest session, its command pipe and result pipe."""
-
-    side: int
-    process: subprocess.Popen[bytes]
-    commands: IO[str]
-    results: IO[str]
-    log: Path
-    collected: set[str] = field(default_factory=set)
-
-    def send(self, command: dict[str, Any]) -> None:
-        self.commands.write(json.dumps(command) + "\n")
-        self.commands.flush()
-
-    def ask(self, command: dict[str, Any]) -> dict[str, Any]:
-        self.send(command)
-        return self.answer()
-
-    def answer(self) -> dict[str, Any]:
-        line = self.results.readline()
-        if not line:
-            code = self.process.wait(timeout=60)
-            raise RuntimeError(
-                f"the {SIDE_NAMES[self.side]} side's pytest ended (exit status {code}); its output:\n" + _tail(self.log)
-            )
-        return dict(json.loads(line))
-
-
-def _tail(path: Path, limit: int = 4000) -> str:
-    try:
-        return path.read_text(errors="replace")[-limit:]
-    except OSError:
-        return "(no output)"
-
-
 class AgainstParent:
     """Starts the two children on the first test, dispatches every test to both, judges the pairs."""
 
@@ -214,28 +187,14 @@ class AgainstParent:
         channel = make_channel(self.work / "channel")
         files = sorted({item.nodeid.split("::", 1)[0] for item in items})
         for side in (CHANGE, BASE):
-            cmd_r, cmd_w = os.pipe()
-            res_r, res_w = os.pipe()
             root = self.base.root if side == BASE else Path(self.config.rootpath)
             env = dict(os.environ)
-            env.update({SIDE_ENV: str(side), CHANNEL_ENV: str(channel), FDS_ENV: f"{cmd_r},{res_w}"})
+            env.update({SIDE_ENV: str(side), CHANNEL_ENV: str(channel)})
             paths = [str(root / "src"), str(root)] if (root / "src").is_dir() else [str(root)]
             env["PYTHONPATH"] = os.pathsep.join([*paths, *filter(None, [os.environ.get("PYTHONPATH")])])
             log = self.work / f"{SIDE_NAMES[side]}.log"
-            with open(log, "wb") as out:
-                process = subprocess.Popen(
-                    self.argv(side, files),
-                    cwd=root,
-                    env=env,
-                    stdin=subprocess.DEVNULL,
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                    pass_fds=(cmd_r, res_w),
-                )
-            os.close(cmd_r)
-            os.close(res_w)
-            child = ChildProcess(side, process, os.fdopen(cmd_w, "w"), os.fdopen(res_r), log)
-            self.children[side] = child
+            name = f"{SIDE_NAMES[side]} side"
+            self.children[side] = spawn_driven(name, self.argv(side, files), root, env, FDS_ENV, log)
         for child in self.children.values():
             child.collected = set(child.answer().get("collected", []))
 
@@ -264,16 +223,9 @@ class AgainstParent:
     def close(self) -> None:
         for child in self.children.values():
             with contextlib.suppress(OSError, ValueError):
-                child.send({"cmd": "quit"})
+                child.send({"cmd": "quit"})  # both at once: neither waits for the other's quit
         for child in self.children.values():
-            try:
-                child.process.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                child.process.kill()
-                child.process.wait()
-            for pipe in (child.commands, child.results):
-                with contextlib.suppress(OSError):
-                    pipe.close()
+            child.close()
         shutil.rmtree(self.work, ignore_errors=True)
         if self.base.temporary is not None:
             shutil.rmtree(self.base.temporary, ignore_errors=True)
@@ -374,11 +326,11 @@ class AgainstChild:
 
     @classmethod
     def from_environment(cls, config: pytest.Config, side: int) -> AgainstChild:
-        cmd_fd, res_fd = (int(x) for x in os.environ[FDS_ENV].split(","))
+        commands, results = driven_pipes(FDS_ENV)
         duet = Duet(os.environ[CHANNEL_ENV], side)
-        for name in (SIDE_ENV, CHANNEL_ENV, FDS_ENV):  # a pytest the test starts in turn is no child
+        for name in (SIDE_ENV, CHANNEL_ENV):  # a pytest the test starts in turn is no child
             os.environ.pop(name, None)
-        return cls(side, duet, os.fdopen(cmd_fd), os.fdopen(res_fd, "w"))
+        return cls(side, duet, commands, results)
 
     def reply(self, message: dict[str, Any]) -> None:
         self.results.write(json.dumps(message) + "\n")

@@ -47,7 +47,7 @@ from pytest_jetmem.correctness.isolation import CHILD_RESULT_ENV, run_child, wri
 from pytest_jetmem.cuda.workspace import Workspace
 from pytest_jetmem.errors import CudaError, TegraStrictError
 from pytest_jetmem.plugin import markers, options
-from pytest_jetmem.plugin.child_args import child_argv, run_in_children_only
+from pytest_jetmem.plugin.children import child_argv, run_in_children_only
 from pytest_jetmem.plugin.options import option_group
 from pytest_jetmem.plugin.sessions import device_session
 

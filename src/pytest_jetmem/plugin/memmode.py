@@ -211,8 +211,7 @@ def _teardown(cuda: CudaSession, handle: Jetmem) -> None:
     if sticky is not None:
         cuda.device.mark_broken(
             f"the CUDA context is unusable after {sticky.name} in {handle.nodeid} "
-            "(a sticky error: CUDA cannot recover in this process; fix that test, or run with "
-            "pytest-xdist so a fresh worker continues)"
+            "(a sticky error: CUDA cannot recover in the process that hit it; later GPU tests run in a fresh session)"
         )
         warnings.warn(f"jetmem: {cuda.device.broken}", stacklevel=1)
         return

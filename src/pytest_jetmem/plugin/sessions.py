@@ -39,6 +39,11 @@ class DeviceSession:
         self.stopping_rule = StoppingRule()  # the runtime half sets it from its options
         self._availability: Availability | None = None
         self.cuda: CudaSession | None = None
+        #: whether GPU tests may go on in a fresh child session after a sticky CUDA error (plugin.relay); a
+        #: child that a parent drives test by test (``--jetmem-against``, the relay itself) says no
+        self.relay_allowed = True
+        #: in a relay, the session id of the parent (its baseline entries merge with the parent's)
+        self.parent_session: str | None = None
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> DeviceSession:
@@ -60,6 +65,11 @@ class DeviceSession:
                 cache = KernelCache(options.get_str(self.config, "cache_dir"))
                 self.cuda = CudaSession(self._availability.device, cache, include_dirs=include_dirs(self.config))
         return self._availability
+
+    @property
+    def broken(self) -> str | None:
+        """Why this process's CUDA context is unusable (a sticky error), or None; never probes the device."""
+        return self.cuda.device.broken if self.cuda is not None else None
 
     @property
     def probed_info(self) -> DeviceInfo | None:
@@ -123,10 +133,11 @@ class GateSession:
 
     @staticmethod
     def new_session_id(config: pytest.Config) -> str:
-        """The controller's session id on an xdist worker (their baseline entries merge), else a new one."""
+        """The parent's session id in a relay, the controller's on an xdist worker (their baseline entries merge),
+        else a new one."""
         workerinput = getattr(config, "workerinput", None)
         session_id = workerinput.get("jetmem_session") if workerinput else None
-        return session_id or uuid.uuid4().hex
+        return device_session(config).parent_session or session_id or uuid.uuid4().hex
 
     def machine(self) -> Machine | None:
         """The machine record of this session's device (None without a GPU); built once."""

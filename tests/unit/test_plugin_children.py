@@ -1,4 +1,4 @@
-"""plugin.child_args: the parent's options a ``memmode_concurrency`` child needs, and the child's argv."""
+"""plugin.children: the parent's options a ``memmode_concurrency`` child needs, and the child's argv."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from concurrency_runs import PLUGIN
-from pytest_jetmem.plugin.child_args import child_argv, forwarded_args
+from pytest_jetmem.plugin.children import child_argv, forwarded_args
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="child processes need POSIX process groups")
 

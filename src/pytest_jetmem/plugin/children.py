@@ -1,16 +1,35 @@
-"""The command line of a ``memmode_concurrency`` child: the parent's options the child needs, and the child's argv."""
+"""Child pytest sessions: the parent's options a child needs, its argv, and the pipes a parent drives it through.
+
+Three halves start children: ``memmode_concurrency`` (one test, judged by how the child ended),
+``--jetmem-against`` (a base and a change session, run in turns) and the relay (the rest of a session's GPU
+tests after a sticky CUDA error). A driven child reads JSON commands, one a line, and answers on its own pipe.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import subprocess
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
 
 import pytest
 
-__all__ = ["child_argv", "forwarded_args", "option_takes_value", "run_in_children_only", "strip_options"]
+__all__ = [
+    "ChildProcess",
+    "child_argv",
+    "driven_pipes",
+    "forwarded_args",
+    "option_takes_value",
+    "run_in_children_only",
+    "spawn_driven",
+    "strip_options",
+    "tail",
+]
 
 #: Short options whose value is forwarded to the child (``-p name`` or ``-pname``).
 _SHORT_WITH_VALUE = ("-p", "-o", "-W", "-c")
@@ -132,3 +151,91 @@ def run_in_children_only(item: pytest.Item) -> None:
     """Make the parent skip ``item``'s fixture setup: its body runs in a child session, which sets them up."""
     if isinstance(item, pytest.Function):
         item.setup = _no_fixture_setup  # type: ignore[method-assign]
+
+
+@dataclass
+class ChildProcess:
+    """A driven child pytest session: its process, command pipe, answer pipe and log (stdout and stderr)."""
+
+    name: str
+    process: subprocess.Popen[bytes]
+    commands: IO[str]
+    results: IO[str]
+    log: Path
+    collected: set[str] = field(default_factory=set)
+
+    def send(self, command: dict[str, Any]) -> None:
+        self.commands.write(json.dumps(command) + "\n")
+        self.commands.flush()
+
+    def ask(self, command: dict[str, Any]) -> dict[str, Any]:
+        self.send(command)
+        return self.answer()
+
+    def answer(self) -> dict[str, Any]:
+        """The child's next answer; RuntimeError with the end of its output where it ended instead."""
+        line = self.results.readline()
+        if not line:
+            code = self.process.wait(timeout=60)
+            raise RuntimeError(f"the {self.name}'s pytest ended (exit status {code}); its output:\n" + tail(self.log))
+        return dict(json.loads(line))
+
+    def close(self, timeout: float = 60) -> dict[str, Any] | None:
+        """Ask the child to quit; its last answer (None where it sent none), once it has ended."""
+        last: dict[str, Any] | None = None
+        with contextlib.suppress(OSError, ValueError):
+            self.send({"cmd": "quit"})
+        with contextlib.suppress(OSError, ValueError):
+            for line in self.results:
+                last = dict(json.loads(line))
+        try:
+            self.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        for pipe in (self.commands, self.results):
+            with contextlib.suppress(OSError):
+                pipe.close()
+        return last
+
+
+def tail(path: Path, limit: int = 4000) -> str:
+    """The last ``limit`` characters of a child's log."""
+    try:
+        return path.read_text(errors="replace")[-limit:]
+    except OSError:
+        return "(no output)"
+
+
+def spawn_driven(
+    name: str, argv: Sequence[str], cwd: Path, env: dict[str, str], fds_env: str, log: Path
+) -> ChildProcess:
+    """Start ``argv`` with a command pipe and an answer pipe, their descriptors in ``env[fds_env]``."""
+    cmd_r, cmd_w = os.pipe()
+    res_r, res_w = os.pipe()
+    env = {**env, fds_env: f"{cmd_r},{res_w}"}
+    try:
+        with open(log, "wb") as out:
+            process = subprocess.Popen(
+                list(argv),
+                cwd=cwd,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                pass_fds=(cmd_r, res_w),
+            )
+    except BaseException:
+        for fd in (cmd_w, res_r):
+            os.close(fd)
+        raise
+    finally:
+        os.close(cmd_r)
+        os.close(res_w)
+    return ChildProcess(name, process, os.fdopen(cmd_w, "w"), os.fdopen(res_r), log)
+
+
+def driven_pipes(fds_env: str) -> tuple[IO[str], IO[str]]:
+    """In a driven child: (commands, answers) from ``env[fds_env]``, which is then removed (a grandchild is none)."""
+    cmd_fd, res_fd = (int(x) for x in os.environ.pop(fds_env).split(","))
+    return os.fdopen(cmd_fd), os.fdopen(res_fd, "w")
