@@ -23,6 +23,7 @@ class DeviceInfo:
     attributes: dict[str, int] = field(default_factory=dict)
     bindings_version: str = ""
     nvrtc_version: tuple[int, int] | None = None
+    nvrtc_library: str = ""  # where NVRTC was loaded from (NvrtcLibrary.describe)
 
     @property
     def arch(self) -> str:
@@ -47,12 +48,15 @@ class DeviceInfo:
         cc = ".".join(map(str, self.compute_capability))
         nvrtc = ".".join(map(str, self.nvrtc_version)) if self.nvrtc_version else "missing"
         mem = ", ".join(f"{k}={self.attributes.get(k, '?')}" for k in driver.MEMORY_ATTRIBUTES)
-        return [
+        lines = [
             f"jetmem: device {self.ordinal}: {self.name}, compute capability {cc}, "
             f"{self.total_mem / 2**30:.1f} GiB, CUDA driver {self.driver_version_str}, "
             f"cuda-bindings {self.bindings_version}, NVRTC {nvrtc}",
             f"jetmem: memory attributes: {mem}",
         ]
+        if self.nvrtc_library:
+            lines.append(f"jetmem: NVRTC library: {self.nvrtc_library}")
+        return lines
 
 
 def probe_device(drv: Any, ordinal: int) -> DeviceInfo:
@@ -64,6 +68,7 @@ def probe_device(drv: Any, ordinal: int) -> DeviceInfo:
     except CudaUnavailable:
         nvrtc = None
     return DeviceInfo(
+        nvrtc_library=nvrtc_library_line(drv),
         ordinal=ordinal,
         name=drv.device_name(dev),
         compute_capability=(attrs["COMPUTE_CAPABILITY_MAJOR"], attrs["COMPUTE_CAPABILITY_MINOR"]),
@@ -73,6 +78,17 @@ def probe_device(drv: Any, ordinal: int) -> DeviceInfo:
         bindings_version=getattr(drv, "bindings_version", ""),
         nvrtc_version=nvrtc,
     )
+
+
+def nvrtc_library_line(drv: Any) -> str:
+    """Where ``drv`` loaded NVRTC from, or why it could not ("" for a backend that does not say)."""
+    probe = getattr(drv, "nvrtc_library", None)
+    if probe is None:
+        return ""
+    try:
+        return str(probe().describe())
+    except CudaUnavailable as exc:
+        return f"none ({exc.reason})"
 
 
 def select_ordinal(device_count: int, env: dict[str, str] | None = None) -> int:

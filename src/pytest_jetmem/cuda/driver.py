@@ -9,6 +9,7 @@ handles. Tests on machines without a GPU replace the backend with a fake through
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import functools
 import hashlib
 import os
@@ -94,6 +95,7 @@ class CudaDriver:
         self.bindings_major = int(self.bindings_version.split(".")[0]) if self.bindings_version[0].isdigit() else 0
         self._nvml: Any = None  # cuda.bindings.nvml once initialised; False where it cannot be used
         self._nvml_handles: dict[str, Any] = {}
+        self._nvrtc_library: NvrtcLibrary | CudaUnavailable | None = None
 
     # -- result checking ---------------------------------------------------------------------------
     def _check(self, call: str, result: Any) -> Any:
@@ -328,7 +330,19 @@ class CudaDriver:
             self._check("cuLaunchKernel", result)
 
     # -- NVRTC -------------------------------------------------------------------------------------
+    def nvrtc_library(self) -> NvrtcLibrary:
+        """The NVRTC library this process uses, loaded on first call (see :func:`load_nvrtc`)."""
+        if self._nvrtc_library is None:
+            try:
+                self._nvrtc_library = load_nvrtc(self.bindings_major)
+            except CudaUnavailable as exc:
+                self._nvrtc_library = exc
+        if isinstance(self._nvrtc_library, CudaUnavailable):
+            raise self._nvrtc_library
+        return self._nvrtc_library
+
     def nvrtc_version(self) -> tuple[int, int]:
+        self.nvrtc_library()
         try:
             result = self._nvrtc.nvrtcVersion()
         except Exception as exc:  # libnvrtc could not be loaded
@@ -420,6 +434,73 @@ class HeaderSearch:
     def describe(self) -> str:
         """One line per place looked at, in search order."""
         return "; ".join(self.looked) if self.looked else "nowhere (CUDA header discovery was turned off)"
+
+
+@dataclass(frozen=True)
+class NvrtcLibrary:
+    """The NVRTC library of this process: its path, how it was found, and why the wheel's was not used."""
+
+    path: str
+    found_via: str
+    wheel_error: str = ""  # set where the wheel's library failed to load and a toolkit's is used instead
+
+    def describe(self) -> str:
+        """For the session header: ``/path/libnvrtc.so.13 (site-packages)``, and the fallback's reason."""
+        text = f"{self.path} ({self.found_via})"
+        if self.wheel_error:
+            text += f"; the wheel's NVRTC did not load: {self.wheel_error}"
+        return text
+
+
+def _toolkit_roots(env: dict[str, str]) -> list[tuple[str, str]]:
+    """(how named, root) of the CUDA toolkits on this machine: ``$CUDA_HOME``, ``$CUDA_PATH``, /usr/local/cuda."""
+    roots = [("$CUDA_HOME", env.get("CUDA_HOME", "")), ("$CUDA_PATH", env.get("CUDA_PATH", ""))]
+    return [(via, root) for via, root in [*roots, (SYSTEM_CUDA, SYSTEM_CUDA)] if root]
+
+
+def load_nvrtc(bindings_major: int, env: dict[str, str] | None = None) -> NvrtcLibrary:
+    """Load NVRTC the way cuda-bindings will, falling back to a system toolkit's where that fails.
+
+    First ``cuda.pathfinder.load_nvidia_dynamic_lib("nvrtc")``, the loader cuda-bindings itself uses (the
+    NVRTC wheel, conda, the system loader, ``$CUDA_PATH``/``$CUDA_HOME``). Where that raises, e.g. because the
+    wheel's library is a server (SBSA) build that does not load on L4T, the first ``libnvrtc.so.<major>``
+    under ``$CUDA_HOME``, ``$CUDA_PATH`` or ``/usr/local/cuda`` (JetPack installs it) that loads is loaded
+    process-wide; cuda-bindings then finds it already loaded and uses it. CudaUnavailable says where
+    it looked and why each failed.
+    """
+    env = dict(os.environ) if env is None else env
+    try:
+        from cuda import pathfinder
+    except ImportError:  # cuda-bindings before pathfinder: it loads NVRTC itself
+        return NvrtcLibrary("(loaded by cuda-bindings)", "cuda-bindings")
+    try:
+        loaded = pathfinder.load_nvidia_dynamic_lib("nvrtc")
+    except Exception as exc:  # not found, or found and not loadable
+        wheel_error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+    else:
+        return NvrtcLibrary(str(loaded.abs_path or "(already loaded)"), str(getattr(loaded, "found_via", "?")))
+    majors = sorted({bindings_major, 13, 12}, key=lambda m: m != bindings_major)
+    sonames = [f"libnvrtc.so.{m}" for m in majors if m]
+    arch = os.uname().machine
+    libdirs = ("lib64", "lib", f"targets/{arch}-linux/lib", "targets/sbsa-linux/lib")
+    tried: list[str] = []
+    for via, root in _toolkit_roots(env):
+        for libdir in libdirs:
+            for soname in sonames:
+                candidate = os.path.join(root, libdir, soname)
+                if not os.path.isfile(candidate):
+                    continue
+                try:
+                    ctypes.CDLL(candidate, mode=os.RTLD_GLOBAL)
+                except OSError as exc:
+                    tried.append(f"{candidate}: {exc}")
+                    continue
+                return NvrtcLibrary(candidate, f"{via}, after the wheel's failed", wheel_error)
+        tried.append(f"{via}: no {' or '.join(sonames)} under {root}/{{{','.join(libdirs)}}}")
+    raise CudaUnavailable(
+        f"NVRTC could not be loaded ({wheel_error}); also tried: {'; '.join(tried) or 'no CUDA toolkit'}. "
+        "Install the cu12 or cu13 extra, or point CUDA_HOME at a CUDA toolkit"
+    )
 
 
 def find_cuda_headers(env: dict[str, str] | None = None) -> HeaderSearch:

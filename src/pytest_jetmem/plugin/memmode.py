@@ -9,10 +9,11 @@ from typing import Any
 
 import pytest
 
-from pytest_jetmem.cuda.device import DeviceInfo
+from pytest_jetmem.cuda import driver
+from pytest_jetmem.cuda.device import DeviceInfo, nvrtc_library_line
 from pytest_jetmem.cuda.modes import DEFAULT_MODES, MODES, get_mode
 from pytest_jetmem.cuda.session import CudaSession
-from pytest_jetmem.errors import CudaError
+from pytest_jetmem.errors import CudaError, CudaUnavailable
 from pytest_jetmem.handle import Jetmem
 from pytest_jetmem.plugin import markers, nogpu
 from pytest_jetmem.plugin.options import option_group
@@ -121,6 +122,13 @@ def item_mode(item: pytest.Item) -> str | None:
     return callspec.params.get(PARAM) if callspec is not None else None
 
 
+def _backend_or_none() -> object:
+    try:
+        return driver.get()
+    except CudaUnavailable:  # no cuda-bindings
+        return None
+
+
 def pytest_report_header(config: pytest.Config) -> list[str]:
     session = device_session(config)
     selected = ", ".join(session.selected_modes) if session.selected_modes else "all"
@@ -128,6 +136,10 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     lines = []
     if avail.info is not None:
         lines.extend(avail.info.header_lines())
+    else:  # no device: kernels are still compiled (plugin.nogpu); say with which NVRTC
+        line = nvrtc_library_line(_backend_or_none())
+        if line:
+            lines.append(f"jetmem: NVRTC library: {line}")
     if not avail.ok:
         lines.append(f"jetmem: GPU tests will be skipped: {avail.reason}")
     lines.append(f"jetmem: modes selected: {selected}")
