@@ -16,6 +16,10 @@ Phases (each runs until its time budget is spent, then stops and reports what it
            (the working tree injects it); the plugin's own verdicts, and the same paired samples judged by the
            pytest-benchmark and asv rules.
 Writes ``<out>/gate_study.json`` (every session's samples and every verdict) and ``<out>/gate_study.md``.
+
+Several GPUs: run one study per GPU (``CUDA_VISIBLE_DEVICES``), e.g. some with ``--against-schedule aa`` and one
+with ``slow``, then ``--merge DIR...`` judges them together: against runs are pooled (each is paired within
+itself), stored sessions are judged per study (a baseline belongs to one GPU) and the verdicts pooled.
 """
 
 from __future__ import annotations
@@ -215,21 +219,75 @@ def judge_stored(data: dict[str, Any], rng: random.Random) -> dict[str, Any]:
     return out
 
 
-def phase_against(root: Path, budget_s: float, log: list[str]) -> dict[str, Any]:
+SCHEDULES = {
+    "mixed": ["0", "0", "0", "0", "0", *map(str, PCTS)],
+    "aa": ["0"],
+    "slow": list(map(str, PCTS)),
+}
+
+
+def phase_against(
+    root: Path, budget_s: float, log: list[str], schedule_name: str = "mixed", fail_pct: float = 2.0
+) -> dict[str, Any]:
     runs: dict[str, list[list[dict[str, Any]]]] = {"0": [], **{str(p): [] for p in PCTS}}
     walls: list[float] = []
-    schedule = itertools.cycle(["0", "0", "0", "0", "0", *map(str, PCTS)])
+    schedule = itertools.cycle(SCHEDULES[schedule_name])
     deadline = time.monotonic() + budget_s
+    args = ["--jetmem-against=HEAD", "--jetmem-ambiguous=pass", f"--jetmem-fail={fail_pct}"]
     while time.monotonic() < deadline:
         pct = next(schedule)
-        rows, wall, tail = pytest_run(root, float(pct), ["--jetmem-against=HEAD", "--jetmem-ambiguous=pass"])
+        rows, wall, tail = pytest_run(root, float(pct), args)
         if not rows:
             log.append(f"against run p={pct} gave no rows:\n{tail}")
             break
-        keep = ("nodeid", "key", "mode", "baseline", "baseline_change_pct", "baseline_ci", "samples", "base_samples")
+        keep = (
+            "nodeid", "key", "mode", "baseline", "baseline_change_pct", "baseline_ci", "samples", "base_samples",
+            "runs",
+        )  # fmt: skip
         runs[pct].append([{k: r.get(k) for k in keep} for r in rows])
         walls.append(wall)
-    return {"runs": runs, "walls": walls}
+    return {"runs": runs, "walls": walls, "fail_pct": fail_pct}
+
+
+GROUPS = {"device, managed": ("device", "managed"), "zero_copy": ("zero_copy",)}
+
+
+def rejudged(row: dict[str, Any], threshold_pct: float) -> str:
+    """The plugin's paired verdict at another threshold, from the row's 99% interval (the t-test's p < 0.01 is
+    the interval excluding 1): regression past the threshold with the interval above 1, and so on."""
+    ci = row.get("baseline_ci")
+    change = row.get("baseline_change_pct")
+    if not ci or change is None:
+        return str(row.get("baseline"))
+    up = 1.0 + threshold_pct / 100.0
+    ratio = 1.0 + change / 100.0
+    if ratio > up:
+        return "regression" if ci[0] > 1.0 else "ambiguous"
+    if ratio < 1.0 / up:
+        return "improvement" if ci[1] < 1.0 else "ambiguous"
+    return "unchanged"
+
+
+def judge_against_by_group(data: dict[str, Any], thresholds: tuple[float, ...] = (2.0, 5.0)) -> dict[str, Any]:
+    """Per mode group and threshold: A/A false alarms and ambiguous verdicts, and the share of slowdowns caught."""
+    out: dict[str, Any] = {}
+    for t in thresholds:
+        for group, modes in GROUPS.items():
+            aa = [r for run in data["runs"]["0"] for r in run if r["mode"] in modes]
+            verdicts = [rejudged(r, t) for r in aa]
+            res: dict[str, Any] = {
+                "aa": [verdicts.count("regression"), len(verdicts)],
+                "aa_ambiguous": verdicts.count("ambiguous"),
+                "caught": {},
+                "median_change": {},
+            }
+            for pct in PCTS:
+                rows = [r for run in data["runs"][str(pct)] for r in run if r["mode"] in modes]
+                res["caught"][str(pct)] = [sum(rejudged(r, t) == "regression" for r in rows), len(rows)]
+                changes = [r["baseline_change_pct"] for r in rows if r.get("baseline_change_pct") is not None]
+                res["median_change"][str(pct)] = round(float(np.median(changes)), 2) if changes else None
+            out[f"{t:g}% threshold, {group}"] = res
+    return out
 
 
 def judge_against(data: dict[str, Any]) -> dict[str, Any]:
@@ -248,6 +306,7 @@ def judge_against(data: dict[str, Any]) -> dict[str, Any]:
     }
     out["aa_ambiguous"] = sum(r.get("baseline") == "ambiguous" for r in aa_rows)
     out["aa_any_red_per_run"] = [any(r.get("baseline") == "regression" for r in run) for run in data["runs"]["0"]]
+    out["by_group"] = judge_against_by_group(data)
     for pct in PCTS:
         rows = [r for run in data["runs"][str(pct)] for r in run]
         out["caught"][str(pct)] = {
@@ -295,9 +354,59 @@ def markdown(summary: dict[str, Any]) -> str:
                 + ", ".join(f"{rule} {c}/{n} ({100 * c / max(n, 1):.0f}%)" for rule, (c, n) in counts.items())
             )
         lines.append("")
+        lines.append(
+            "| threshold, modes | A/A false alarms | ambiguous | " + " | ".join(f"{p:g}%" for p in PCTS) + " |"
+        )
+        lines.append("|---" * (3 + len(PCTS)) + "|")
+        for name, res in against.get("by_group", {}).items():
+            c, n = res["aa"]
+            rate = c / n if n else math.nan
+            caught = " | ".join(
+                f"{h}/{m} ({res['median_change'][str(p)]:+.1f}%)" if res["median_change"][str(p)] is not None else "-"
+                for p, (h, m) in zip(PCTS, res["caught"].values(), strict=True)
+            )
+            lines.append(f"| {name} | {c} / {n} ({100 * rate:.2f}%) | {res['aa_ambiguous']} | {caught} |")
+        lines.append("")
     if "wall" in summary:
         lines.append(f"Wall time: {summary['wall']}")
     return "\n".join(lines) + "\n"
+
+
+def merge(dirs: list[Path], out: Path) -> None:
+    """Judge several studies (one per GPU) together; see the module's docstring."""
+    docs = [json.loads((d / "gate_study.json").read_text()) for d in dirs]
+    raw: dict[str, Any] = {}
+    summary: dict[str, Any] = {}
+    againsts = [doc["raw"]["against"] for doc in docs if "against" in doc["raw"]]
+    if againsts:
+        pooled = {k: [run for a in againsts for run in a["runs"].get(k, [])] for k in againsts[0]["runs"]}
+        raw["against"] = {"runs": pooled, "walls": [w for a in againsts for w in a["walls"]]}
+        summary["against"] = judge_against(raw["against"])
+    storeds = [doc["raw"]["stored"] for doc in docs if "stored" in doc["raw"]]
+    if storeds:
+        judged = [judge_stored(st, random.Random(i)) for i, st in enumerate(storeds)]
+        stored: dict[str, Any] = {}
+        for j in judged:
+            for recipe, res in j.items():
+                acc = stored.setdefault(recipe, {"aa": {}, "caught": {}})
+                for rule, verdicts in res["aa"].items():
+                    acc["aa"].setdefault(rule, []).extend(verdicts)
+                for pct, counts in res["caught"].items():
+                    into = acc["caught"].setdefault(pct, {})
+                    for rule, (c, n) in counts.items():
+                        prev = into.get(rule, [0, 0])
+                        into[rule] = [prev[0] + c, prev[1] + n]
+        summary["stored"] = stored
+        raw["stored_walls"] = [w for st in storeds for w in st["walls"]]
+    walls = {k: float(np.median(v["walls"])) for k, v in raw.items() if isinstance(v, dict) and v.get("walls")}
+    if raw.get("stored_walls"):
+        walls["stored"] = float(np.median(raw["stored_walls"]))
+    if walls:
+        summary["wall"] = {f"median {k} s": round(v, 2) for k, v in walls.items()}
+    summary["studies"] = [str(d) for d in dirs]
+    (out / "gate_study_merged.json").write_text(json.dumps({"summary": summary}, default=str))
+    (out / "gate_study.md").write_text(markdown(summary))
+    print(markdown(summary))
 
 
 def main() -> None:
@@ -305,9 +414,15 @@ def main() -> None:
     ap.add_argument("--out", default="gate-study")
     ap.add_argument("--phase", choices=("stored", "against", "all"), default="all")
     ap.add_argument("--budget-s", type=float, default=240.0, help="seconds per phase")
+    ap.add_argument("--against-schedule", choices=tuple(SCHEDULES), default="mixed")
+    ap.add_argument("--fail", type=float, default=2.0, help="--jetmem-fail of the against runs")
+    ap.add_argument("--merge", nargs="+", metavar="DIR", help="judge the studies in these directories together")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    if args.merge:
+        merge([Path(d) for d in args.merge], out)
+        return
     root = make_project()
     log: list[str] = []
     raw: dict[str, Any] = {}
@@ -316,7 +431,7 @@ def main() -> None:
         raw["stored"] = phase_stored(root, args.budget_s, log)
         summary["stored"] = judge_stored(raw["stored"], random.Random(0))
     if args.phase in ("against", "all"):
-        raw["against"] = phase_against(root, args.budget_s, log)
+        raw["against"] = phase_against(root, args.budget_s, log, args.against_schedule, args.fail)
         summary["against"] = judge_against(raw["against"])
     walls = {k: float(np.median(v["walls"])) for k, v in raw.items() if v.get("walls")}
     if walls:

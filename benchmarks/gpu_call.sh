@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# One device-tool call that spends its whole time: optionally the GPU suite, the demo and the launch benchmark
+# (CHECKS=1), then the regression-gate study until DEADLINE_S seconds after the start (schedule SCHEDULE:
+# mixed, aa or slow; phase PHASE: against or stored). Logs and results under $OUT.
+# Wheels the image lacks (pytest-xdist, execnet) are installed from .whl/ when it was carried.
+set -o pipefail
+start=$(date +%s)
+OUT=${OUT:-/tmp/jetmem-out}; mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 JETMEM_CACHE_DIR=${JETMEM_CACHE_DIR:-/tmp/jetmem-cache}
+if compgen -G ".whl/*.whl" >/dev/null; then python3 -m pip install -q --no-deps .whl/*.whl 2>&1 | tail -2; fi
+python3 -m pip install --no-deps --no-build-isolation -q . 2>&1 | grep -v -i warning | tail -3
+if [[ -d .venv/lib/python3.11/site-packages/nvidia/cu13/include ]]; then
+  export CUDA_HOME=$PWD/.venv/lib/python3.11/site-packages/nvidia/cu13  # the header wheel, carried
+fi
+if [[ ${CHECKS:-0} == 1 ]]; then
+  JETMEM_INSTALLED=1 bash benchmarks/gpu_run.sh tests/gpu >/dev/null 2>&1
+  tail -5 "$OUT/pytest.log"
+  pytest-jetmem-demo > "$OUT/demo.log" 2>&1; tail -2 "$OUT/demo.log"
+  python3 benchmarks/bench_launch.py --json "$OUT/launch.json" > "$OUT/launch.log" 2>&1; tail -12 "$OUT/launch.log"
+fi
+left=$(( ${DEADLINE_S:-560} - ($(date +%s) - start) - 30 ))
+echo "study budget: ${left}s"
+if (( left > 40 )); then
+  python3 benchmarks/gate_study.py --phase "${PHASE:-against}" --against-schedule "${SCHEDULE:-mixed}" \
+    --fail "${FAIL:-2}" --budget-s "$left" --out "$OUT/gate" > "$OUT/gate.log" 2>&1
+  tail -25 "$OUT/gate.log"
+fi
+echo "total $(( $(date +%s) - start ))s"
