@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One device-tool call that spends its whole time: optionally the GPU suite, the demo and the launch benchmark
-# (CHECKS=1), then the regression-gate study until DEADLINE_S seconds after the start (schedule SCHEDULE:
+# (CHECKS=1; LAUNCH=1 for the launch benchmark), then the regression-gate study until DEADLINE_S seconds after the start (schedule SCHEDULE:
 # mixed, aa or slow; phase PHASE: against or stored). Logs and results under $OUT.
 # Wheels the image lacks (pytest-xdist, execnet) are installed from .whl/ when it was carried.
 set -o pipefail
@@ -16,6 +16,8 @@ if [[ ${CHECKS:-0} == 1 ]]; then
   JETMEM_INSTALLED=1 bash benchmarks/gpu_run.sh tests/gpu >/dev/null 2>&1
   tail -5 "$OUT/pytest.log"
   pytest-jetmem-demo > "$OUT/demo.log" 2>&1; tail -2 "$OUT/demo.log"
+fi
+if [[ ${LAUNCH:-0} == 1 ]]; then
   python3 benchmarks/bench_launch.py --json "$OUT/launch.json" > "$OUT/launch.log" 2>&1; tail -12 "$OUT/launch.log"
 fi
 left=$(( ${DEADLINE_S:-560} - ($(date +%s) - start) - 30 ))
