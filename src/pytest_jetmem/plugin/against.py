@@ -82,22 +82,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addini("jetmem_against", "like --jetmem-against: the base to measure this tree against", default="")
 
 
-#: Runs of a zero-copy measurement on each side unless ``runs=``/``--jetmem-runs`` say otherwise: pinned host
-#: memory lands differently with every allocation (over PCIe the medians of two allocations differed by up to
-#: 6% with no code change, docs/performance.md), so fresh allocations are the units of the paired test.
-ZERO_COPY_RUNS = 3
-
-
-@pytest.hookimpl(trylast=True)  # after the runtime half made its session
 def pytest_configure(config: pytest.Config) -> None:
     side = os.environ.get(SIDE_ENV)
     if side is not None:
         global _current_child
         _current_child = config.stash[_CHILD] = AgainstChild.from_environment(config, int(side))
         device_session(config).relay_allowed = False  # the parent pairs this side's tests: no relay behind it
-        gate = gate_session(config)
-        if gate is not None:
-            gate.mode_runs.setdefault("zero_copy", ZERO_COPY_RUNS)
         return
     ref = options.get_str(config, "against")
     if ref is None:

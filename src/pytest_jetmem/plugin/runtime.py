@@ -176,8 +176,6 @@ def pytest_configure(config: pytest.Config) -> None:
         window=options.get_int(config, "window", minimum=1, what="an integer >= 1"),
         ambiguous=_ambiguous_policy(config),
         runs=options.get_int(config, "runs", minimum=1, what="an integer >= 1"),
-        runs_given=config.getoption("jetmem_runs", None) is not None
-        or str(config.getini("jetmem_runs")).strip() != "1",
         benchmark_json=_benchmark_json_path(config),
     )
     set_gate_session(config, gate)
@@ -269,14 +267,12 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> Iterator[Any]:
     handle = pyfuncitem.funcargs.get("jetmem")
     if isinstance(handle, Jetmem) and handle.measurements:
         spec = item_spec(pyfuncitem)
-        gate = _gate(pyfuncitem.config)
-        runs = gate.runs_for(handle.mode, spec.runs if spec else None)
-        asked = bool(spec and spec.runs) or gate.runs_given  # else a mode's default (--jetmem-against)
+        runs = (spec.runs if spec and spec.runs else None) or _gate(pyfuncitem.config).runs
         if runs > 1:
             try:
                 more_runs(pyfuncitem, handle, runs - 1)
             except pytest.fail.Exception as exc:
-                if spec is not None and asked:
+                if spec is not None:
                     raise
                 warnings.warn(f"jetmem: {pyfuncitem.nodeid}: kept a single run: {exc.msg}", stacklevel=1)
         failures = _judge(pyfuncitem, handle, spec)

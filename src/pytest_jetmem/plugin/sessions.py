@@ -122,10 +122,6 @@ class GateSession:
     ambiguous: str  # what an ambiguous comparison does: "pass", "warn" or "fail"
     runs: int
     benchmark_json: str | None
-    #: runs per mode where neither ``runs=`` nor ``--jetmem-runs``/``jetmem_runs`` says (``--jetmem-against``
-    #: sets zero_copy to 3: pinned host memory lands differently with every allocation)
-    mode_runs: dict[str, int] = field(default_factory=dict)
-    runs_given: bool = False  # --jetmem-runs given, or jetmem_runs set to other than 1
     jetson_before: JetsonState | None = None
     baseline: Baseline | None = None
     baseline_checked: bool = False
@@ -142,12 +138,6 @@ class GateSession:
         workerinput = getattr(config, "workerinput", None)
         session_id = workerinput.get("jetmem_session") if workerinput else None
         return device_session(config).parent_session or session_id or uuid.uuid4().hex
-
-    def runs_for(self, mode: str, marker_runs: int | None) -> int:
-        """The runs of a measured test in ``mode``: the marker's, else the option's, else the mode's default."""
-        if marker_runs:
-            return marker_runs
-        return self.runs if self.runs_given else self.mode_runs.get(mode, self.runs)
 
     def machine(self) -> Machine | None:
         """The machine record of this session's device (None without a GPU); built once."""
