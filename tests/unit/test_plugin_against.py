@@ -149,3 +149,41 @@ def test_xdist_runs_a_pair_per_worker(project: pytest.Pytester) -> None:
     result = project.runpytest_subprocess("-p", "no:cacheprovider", "--jetmem-against=HEAD", "-n", "2")
     result.assert_outcomes(passed=1, failed=2)
     assert set(table(result).values()) == {"+20.0% regression"}
+
+
+ZERO_COPY_TESTS = """
+import pytest
+
+SRC = 'extern "C" __global__ void scale(float* x, int n) { int i = threadIdx.x; if (i < n) x[i] *= 2; }'
+
+
+@pytest.mark.memmode("device", "zero_copy")
+@pytest.mark.memmode_runtime(baseline=True)
+def test_gated(jetmem):
+    x = jetmem.zeros(256)
+    k = jetmem.compile(SRC, "scale")
+    jetmem.measure(lambda: k.launch(1, 256, (x, 256)), label="scale")
+"""
+
+
+@pytest.mark.parametrize(
+    ("profile", "zero_copy"),
+    [("dgpu", "+20.0% ambiguous"), ("orin", "+20.0% regression")],
+    ids=["discrete", "integrated"],
+)
+def test_zero_copy_over_pcie_is_ambiguous_in_one_pair(project: pytest.Pytester, profile: str, zero_copy: str) -> None:
+    """One pair of processes cannot tell a change from where each put its pinned host memory (PCIe only)."""
+    (project.path / "test_k.py").write_text(ZERO_COPY_TESTS)
+    conftest = project.path / "conftest.py"
+    conftest.write_text(conftest.read_text().replace('FakeDriver("dgpu"', f'FakeDriver("{profile}"'))
+    git(project.path, "add", "-A")
+    git(project.path, "commit", "-qm", "zero-copy")
+    (project.path / "speed.txt").write_text("0.12\n")
+    result = project.runpytest_subprocess("-p", "no:cacheprovider", "--jetmem-against=HEAD")
+    cells = table(result)
+    assert cells == {"test_gated[device]": "+20.0% regression", "test_gated[zero_copy]": zero_copy}
+    if profile == "dgpu":
+        result.assert_outcomes(passed=1, failed=1)
+        result.stdout.fnmatch_lines(["*zero-copy memory over PCIe: where each process's pinned host memory lands*"])
+    else:
+        result.assert_outcomes(failed=2)
