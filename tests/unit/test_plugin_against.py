@@ -149,6 +149,9 @@ def test_xdist_runs_a_pair_per_worker(project: pytest.Pytester) -> None:
     result = project.runpytest_subprocess("-p", "no:cacheprovider", "--jetmem-against=HEAD", "-n", "2")
     result.assert_outcomes(passed=1, failed=2)
     assert set(table(result).values()) == {"+20.0% regression"}
+    result.stdout.fnmatch_lines(
+        ["jetmem: against HEAD (*): 3 measurements compared in turns on the same GPU*"]  # summed over the workers
+    )
 
 
 ZERO_COPY_TESTS = """

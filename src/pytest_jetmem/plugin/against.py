@@ -166,6 +166,7 @@ class AgainstParent:
         self.only_in_change: list[str] = []
         self.judged = 0
         self.error: str | None = None
+        self.worker_summaries: list[dict[str, Any]] = []  # on the xdist controller
 
     def argv(self, side: int, files: Sequence[str]) -> list[str]:
         config = self.config
@@ -214,6 +215,15 @@ class AgainstParent:
         if not paired:
             self.only_in_change.append(item.nodeid)
         return change_result, base_result
+
+    def summary(self) -> dict[str, Any]:
+        """What the terminal summary says of this pair (JSON-able: it travels from an xdist worker)."""
+        return {
+            "label": self.base.label,
+            "judged": self.judged,
+            "only_in_change": list(self.only_in_change),
+            "only_in_base": self.only_in_base(),
+        }
 
     def only_in_base(self) -> list[str]:
         base = self.children.get(BASE)
@@ -315,17 +325,39 @@ def over_pcie(cmp: Comparison) -> Comparison:
     return replace(cmp, verdict=Verdict.AMBIGUOUS, reason=why)
 
 
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """On an xdist worker: hand this worker's pair's summary to the controller, which prints them all."""
+    parent = session.config.stash.get(_PARENT, None)
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if parent is not None and parent.children and workeroutput is not None:
+        workeroutput["jetmem_against"] = parent.summary()
+
+
+@pytest.hookimpl(optionalhook=True)  # an xdist hook: the controller collects the workers' summaries
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    parent = node.config.stash.get(_PARENT, None)
+    summary = getattr(node, "workeroutput", {}).get("jetmem_against")
+    if parent is not None and summary:
+        parent.worker_summaries.append(summary)
+
+
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
     parent = config.stash.get(_PARENT, None)
-    if parent is None or not parent.children:
+    if parent is None:
+        return
+    summaries = ([parent.summary()] if parent.children else []) + parent.worker_summaries
+    if not summaries:
         return
     tr = terminalreporter
+    judged = sum(int(s["judged"]) for s in summaries)
+    pairs = f" ({len(summaries)} pairs, one per xdist worker)" if len(summaries) > 1 else ""
     tr.write_line(
-        f"jetmem: against {parent.base.label}: {parent.judged} measurements compared in turns on the same GPU"
+        f"jetmem: against {summaries[0]['label']}: {judged} measurements compared in turns on the same GPU{pairs}"
     )
-    if parent.only_in_change:
-        tr.write_line(f"jetmem: only in the change (reported, not judged): {', '.join(parent.only_in_change)}")
-    only_base = parent.only_in_base()
+    only_change = sorted({n for s in summaries for n in s["only_in_change"]})
+    if only_change:
+        tr.write_line(f"jetmem: only in the change (reported, not judged): {', '.join(only_change)}")
+    only_base = sorted({n for s in summaries for n in s["only_in_base"]})
     if only_base:
         tr.write_line(f"jetmem: only in the base (not run): {', '.join(only_base)}")
 
