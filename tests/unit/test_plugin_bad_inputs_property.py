@@ -31,6 +31,8 @@ TESTS = (
 )
 
 # Values no number setting accepts: words, and numbers out of range (checked per setting below).
+#: characters a test file can hold (UTF-8, no lone surrogates)
+ANY_CHAR = st.characters(codec="utf-8", exclude_categories=("Cs",))
 WORDS = st.text(alphabet="abcxyz@!", min_size=1, max_size=6)
 NOT_A_NUMBER = st.one_of(WORDS, st.sampled_from(["nan", "inf", "-inf", "1e", "0x1g", "--1"]))
 BAD_NUMBER: dict[str, st.SearchStrategy[str]] = {
@@ -126,7 +128,7 @@ NOT_POSITIVE = st.one_of(
     st.floats(max_value=0.0, allow_nan=False),
     st.sampled_from([math.nan, math.inf]),
     st.booleans(),
-    st.text(max_size=4),
+    st.text(ANY_CHAR, max_size=4),
 )
 NOT_A_MODE = st.one_of(st.text(alphabet="abcxyz", min_size=1, max_size=8), st.integers())
 # (marker, the arguments that make it valid apart from the fuzzed one, the fuzzed argument, its bad values)
@@ -135,12 +137,17 @@ MARKER_ARGUMENTS: list[tuple[str, str, str, st.SearchStrategy[Any]]] = [
     ("memmode_runtime", "relative_to='device', ", "max_ratio", NOT_POSITIVE),
     ("memmode_runtime", "max_ratio=2, ", "relative_to", NOT_A_MODE),
     ("memmode_runtime", "", "scope", st.text(alphabet="abcxyz", min_size=1, max_size=8)),
-    ("memmode_runtime", "", "baseline", st.one_of(st.integers(), st.text(max_size=3))),
+    ("memmode_runtime", "", "baseline", st.one_of(st.integers(), st.text(ANY_CHAR, max_size=3))),
     ("memmode_runtime", "", "label", st.one_of(st.integers(), st.floats(allow_nan=False))),
     ("memmode_runtime", "", "runs", st.one_of(st.integers(max_value=0), st.floats(allow_nan=False), st.booleans())),
     ("memmode_coherence", "", "rounds", st.one_of(st.integers(max_value=0), st.integers(min_value=10**6))),
-    ("memmode_coherence", "", "cpu_touch", st.one_of(st.integers(), st.text(max_size=3))),
-    ("memmode_coherence", "", "gpu_delay_us", st.one_of(st.floats(max_value=-1e-3), st.text(min_size=1, max_size=3))),
+    ("memmode_coherence", "", "cpu_touch", st.one_of(st.integers(), st.text(ANY_CHAR, max_size=3))),
+    (
+        "memmode_coherence",
+        "",
+        "gpu_delay_us",
+        st.one_of(st.floats(max_value=-1e-3), st.text(ANY_CHAR, min_size=1, max_size=3)),
+    ),
     ("memmode_concurrency", "", "expect", st.text(alphabet="abcxyz", min_size=1, max_size=8)),
     ("memmode_concurrency", "", "timeout", NOT_POSITIVE),
 ]
