@@ -452,10 +452,9 @@ class NvrtcLibrary:
         return text
 
 
-def _toolkit_roots(env: dict[str, str]) -> list[tuple[str, str]]:
-    """(how named, root) of the CUDA toolkits on this machine: ``$CUDA_HOME``, ``$CUDA_PATH``, /usr/local/cuda."""
-    roots = [("$CUDA_HOME", env.get("CUDA_HOME", "")), ("$CUDA_PATH", env.get("CUDA_PATH", ""))]
-    return [(via, root) for via, root in [*roots, (SYSTEM_CUDA, SYSTEM_CUDA)] if root]
+def _toolkit_roots(cuda_home: str, cuda_path: str) -> list[tuple[str, str]]:
+    """(how named, root) of the CUDA toolkits to look in, in order; a root is "" where its variable is unset."""
+    return [("$CUDA_HOME", cuda_home), ("$CUDA_PATH", cuda_path), (SYSTEM_CUDA, SYSTEM_CUDA)]
 
 
 def load_nvrtc(bindings_major: int, env: dict[str, str] | None = None) -> NvrtcLibrary:
@@ -484,7 +483,9 @@ def load_nvrtc(bindings_major: int, env: dict[str, str] | None = None) -> NvrtcL
     arch = os.uname().machine
     libdirs = ("lib64", "lib", f"targets/{arch}-linux/lib", "targets/sbsa-linux/lib")
     tried: list[str] = []
-    for via, root in _toolkit_roots(env):
+    for via, root in _toolkit_roots(env.get("CUDA_HOME", ""), env.get("CUDA_PATH", "")):
+        if not root:
+            continue
         for libdir in libdirs:
             for soname in sonames:
                 candidate = os.path.join(root, libdir, soname)
@@ -537,8 +538,7 @@ def _find_cuda_headers(cuda_home: str, cuda_path: str) -> HeaderSearch:
             places.append((None, f"cuda.pathfinder {libname}: no header wheel or toolkit found", ""))
             continue
         places.append((libname, found[0], found[1]))
-    roots = [("$CUDA_HOME", cuda_home), ("$CUDA_PATH", cuda_path), (SYSTEM_CUDA, SYSTEM_CUDA)]
-    for via, root in roots:
+    for via, root in _toolkit_roots(cuda_home, cuda_path):
         if not root:
             places.append((None, f"{via}: not set", ""))
             continue

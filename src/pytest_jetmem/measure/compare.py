@@ -89,6 +89,12 @@ class Comparison:
     unit: str = "samples"  # what n counts: "samples", "runs" (run medians), "sessions" or "rounds" (paired)
     reason: str = ""  # why an AMBIGUOUS verdict is not a call either way
 
+    def ambiguous_call(self, why: str) -> Comparison:
+        """This comparison with a regression or improvement said to be ambiguous, because ``why``; else itself."""
+        if self.verdict in (Verdict.REGRESSION, Verdict.IMPROVEMENT):
+            return replace(self, verdict=Verdict.AMBIGUOUS, reason=why)
+        return self
+
     @property
     def change_pct(self) -> float:
         """Relative change of the median in percent (+8.3 is 8.3% slower)."""

@@ -17,33 +17,23 @@ from __future__ import annotations
 
 import contextlib
 import io
-import json
 import os
 import shutil
 import subprocess
-import sys
 import tarfile
 import tempfile
 from collections.abc import Generator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import pytest
 
 from pytest_jetmem.handle import Jetmem
-from pytest_jetmem.measure.compare import Comparison, Verdict, compare_paired
+from pytest_jetmem.measure.compare import Comparison, compare_paired
 from pytest_jetmem.measure.duet import BASE, CHANGE, Duet, make_channel
 from pytest_jetmem.plugin import options
-from pytest_jetmem.plugin.children import (
-    ChildProcess,
-    driven_pipes,
-    forwarded_args,
-    option_takes_value,
-    run_in_children_only,
-    spawn_driven,
-    strip_options,
-)
+from pytest_jetmem.plugin.children import ChildProcess, DrivenChannel, run_in_children_only, session_argv, spawn_driven
 from pytest_jetmem.plugin.runtime import apply_comparison, at_other_clocks, clock_mhz, item_spec, publish_row
 from pytest_jetmem.plugin.sessions import device_session, gate_session
 
@@ -60,9 +50,6 @@ PARENT_ONLY = (
     "--jetmem-benchmark-json",
     "--jetmem-append",
     "--jetmem-overwrite",
-    "--rootdir",
-    "-c",
-    "--config-file",
 )
 
 _PARENT = pytest.StashKey["AgainstParent"]()
@@ -169,20 +156,8 @@ class AgainstParent:
         self.worker_summaries: list[dict[str, Any]] = []  # on the xdist controller
 
     def argv(self, side: int, files: Sequence[str]) -> list[str]:
-        config = self.config
-        root = self.base.root if side == BASE else Path(config.rootpath)
-        takes_value = option_takes_value(config)
-        args = forwarded_args(strip_options(config.invocation_params.args, PARENT_ONLY, takes_value), takes_value)
-        argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", f"--rootdir={root}"]
-        if config.inipath is not None:
-            with contextlib.suppress(ValueError):
-                ini = root / Path(config.inipath).relative_to(config.rootpath)
-                if ini.is_file():
-                    argv += ["-c", str(ini)]
-        argv += [f"--basetemp={self.work / f'basetemp{side}'}", *args]
-        if config.pluginmanager.hasplugin("xdist"):
-            argv += ["-n", "0"]
-        return [*argv, *(str(root / f) for f in files if (root / f).exists())]
+        root = self.base.root if side == BASE else Path(self.config.rootpath)
+        return session_argv(self.config, root, self.work / f"basetemp{side}", files, PARENT_ONLY)
 
     def start(self, items: Sequence[pytest.Item]) -> None:
         channel = make_channel(self.work / "channel")
@@ -315,14 +290,11 @@ def over_pcie(cmp: Comparison) -> Comparison:
     process reuse the same pages, so neither rounds nor runs of one pair measure that spread. Sessions of a
     stored baseline (``--jetmem-save`` appended) do. On an integrated GPU there is no PCIe: judged as usual.
     """
-    if cmp.verdict not in (Verdict.REGRESSION, Verdict.IMPROVEMENT):
-        return cmp
-    why = (
+    return cmp.ambiguous_call(
         "zero-copy memory over PCIe: where each process's pinned host memory lands changes its speed by a few "
         "percent, which one pair of processes cannot tell from a change; gate it with a stored baseline of "
         "appended sessions"
     )
-    return replace(cmp, verdict=Verdict.AMBIGUOUS, reason=why)
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
@@ -368,26 +340,21 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
 class AgainstChild:
     """One side: runs the tests the parent names, its measure calls taking turns with the other side."""
 
-    def __init__(self, config: pytest.Config, side: int, duet: Duet, commands: IO[str], results: IO[str]) -> None:
+    def __init__(self, config: pytest.Config, side: int, duet: Duet, channel: DrivenChannel) -> None:
         self.config = config
         self.side = side
         self.duet = duet
-        self.commands = commands
-        self.results = results
+        self.channel = channel
         self.reports: list[pytest.TestReport] = []
         self.paired = True  # whether the other side runs the current test too
 
     @classmethod
     def from_environment(cls, config: pytest.Config, side: int) -> AgainstChild:
-        commands, results = driven_pipes(FDS_ENV)
+        channel = DrivenChannel.from_environment(FDS_ENV)
         duet = Duet(os.environ[CHANNEL_ENV], side)
         for name in (SIDE_ENV, CHANNEL_ENV):  # a pytest the test starts in turn is no child
             os.environ.pop(name, None)
-        return cls(config, side, duet, commands, results)
-
-    def reply(self, message: dict[str, Any]) -> None:
-        self.results.write(json.dumps(message) + "\n")
-        self.results.flush()
+        return cls(config, side, duet, channel)
 
     def result(self) -> dict[str, Any]:
         outcome, message, rows = "passed", "", []
@@ -413,14 +380,13 @@ def pytest_runtestloop(session: pytest.Session) -> bool | None:
     if child is None:
         return None
     items = {item.nodeid: item for item in session.items}
-    child.reply({"collected": list(items)})
-    for line in child.commands:
-        command = json.loads(line)
+    child.channel.reply({"collected": list(items)})
+    for command in child.channel:
         if command.get("cmd") != "run":
             break
         item = items.get(command["nodeid"])
         if item is None:
-            child.reply({"outcome": "missing"})
+            child.channel.reply({"outcome": "missing"})
             continue
         child.paired = bool(command.get("paired", True))
         child.duet.begin_test(int(command["seq"]))
@@ -430,7 +396,7 @@ def pytest_runtestloop(session: pytest.Session) -> bool | None:
         finally:
             if child.paired:
                 child.duet.end_test()
-        child.reply(child.result())
+        child.channel.reply(child.result())
     return True
 
 

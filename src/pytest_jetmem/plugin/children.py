@@ -12,7 +12,7 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -21,11 +21,12 @@ import pytest
 
 __all__ = [
     "ChildProcess",
+    "DrivenChannel",
     "child_argv",
-    "driven_pipes",
     "forwarded_args",
     "option_takes_value",
     "run_in_children_only",
+    "session_argv",
     "spawn_driven",
     "strip_options",
     "tail",
@@ -235,7 +236,53 @@ def spawn_driven(
     return ChildProcess(name, process, os.fdopen(cmd_w, "w"), os.fdopen(res_r), log)
 
 
-def driven_pipes(fds_env: str) -> tuple[IO[str], IO[str]]:
-    """In a driven child: (commands, answers) from ``env[fds_env]``, which is then removed (a grandchild is none)."""
-    cmd_fd, res_fd = (int(x) for x in os.environ.pop(fds_env).split(","))
-    return os.fdopen(cmd_fd), os.fdopen(res_fd, "w")
+@dataclass
+class DrivenChannel:
+    """A driven child's end of the pipes: the parent's commands in, its answers out (JSON, one a line)."""
+
+    commands: IO[str]
+    results: IO[str]
+
+    @classmethod
+    def from_environment(cls, fds_env: str) -> DrivenChannel:
+        """The pipes named by ``env[fds_env]``, which is then removed (a pytest a test starts is no child)."""
+        cmd_fd, res_fd = (int(x) for x in os.environ.pop(fds_env).split(","))
+        return cls(os.fdopen(cmd_fd), os.fdopen(res_fd, "w"))
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        """The parent's commands, until it closes its end."""
+        for line in self.commands:
+            yield dict(json.loads(line))
+
+    def reply(self, message: dict[str, Any]) -> None:
+        self.results.write(json.dumps(message) + "\n")
+        self.results.flush()
+
+
+def session_argv(
+    config: pytest.Config, root: Path, basetemp: Path, files: Sequence[str], parent_only: Sequence[str]
+) -> list[str]:
+    """``python -m pytest`` over ``files`` (relative to ``root``) in the tree ``root``, for a driven child.
+
+    ``root`` is the parent's rootdir or a copy of it (the base of ``--jetmem-against``): the ini file is the
+    parent's, at the same place in ``root`` (none where that tree has none there). The parent's options are
+    forwarded (:func:`forwarded_args`) except ``parent_only``; files missing from ``root`` are left out.
+    """
+    takes_value = option_takes_value(config)
+    stripped = strip_options(
+        config.invocation_params.args, (*parent_only, "--rootdir", "-c", "--config-file"), takes_value
+    )
+    argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", f"--rootdir={root}"]
+    if config.inipath is not None:
+        ini: Path | None = Path(config.inipath)
+        if root != Path(config.rootpath):
+            try:
+                ini = root / Path(config.inipath).relative_to(config.rootpath)
+            except ValueError:
+                ini = None
+        if ini is not None and ini.is_file():
+            argv += ["-c", str(ini)]
+    argv += [f"--basetemp={basetemp}", *forwarded_args(stripped, takes_value)]
+    if config.pluginmanager.hasplugin("xdist"):
+        argv += ["-n", "0"]  # the parent distributes; a child never does (an addopts "-n auto" would)
+    return [*argv, *(str(root / f) for f in files if (root / f).exists())]

@@ -13,24 +13,15 @@ Under pytest-xdist each worker relays its own later GPU tests: the controller se
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
-import sys
 import tempfile
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import pytest
 
-from pytest_jetmem.plugin.children import (
-    ChildProcess,
-    driven_pipes,
-    forwarded_args,
-    option_takes_value,
-    spawn_driven,
-    strip_options,
-)
+from pytest_jetmem.plugin.children import ChildProcess, DrivenChannel, session_argv, spawn_driven
 from pytest_jetmem.plugin.sessions import device_session, gate_session
 
 FDS_ENV = "PYTEST_JETMEM_RELAY_FDS"  # "<command fd>,<answer fd>": this process is a relay
@@ -38,7 +29,7 @@ SESSION_ENV = "PYTEST_JETMEM_RELAY_SESSION"  # the parent's session id: baseline
 #: GPU tests use one of these fixtures.
 GPU_FIXTURES = frozenset({"memmode", "jetmem", "jetmem_device"})
 #: Written by the parent from the replayed reports, never by a relay.
-PARENT_ONLY = ("--jetmem-report", "--jetmem-benchmark-json", "--basetemp", "--rootdir", "-c", "--config-file")
+PARENT_ONLY = ("--jetmem-report", "--jetmem-benchmark-json", "--basetemp")
 
 
 def needs_gpu(item: pytest.Item) -> bool:
@@ -75,18 +66,6 @@ class RelayParent:
         self.broken_by: list[str] = []  # why each relay ended early (a sticky error in it)
         self.errors: list[str] = []
 
-    def argv(self, files: list[str], basetemp: Path) -> list[str]:
-        config = self.config
-        takes_value = option_takes_value(config)
-        args = forwarded_args(strip_options(config.invocation_params.args, PARENT_ONLY, takes_value), takes_value)
-        argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", f"--rootdir={config.rootpath}"]
-        if config.inipath is not None:
-            argv += ["-c", str(config.inipath)]
-        argv += [f"--basetemp={basetemp}", *args]
-        if config.pluginmanager.hasplugin("xdist"):
-            argv += ["-n", "0"]
-        return [*argv, *(str(Path(config.rootpath, f)) for f in files)]
-
     def start(self, item: pytest.Item) -> ChildProcess:
         """A fresh relay over the files of this and every later GPU test of the session."""
         items = item.session.items
@@ -100,7 +79,8 @@ class RelayParent:
         if gate is not None:
             env[SESSION_ENV] = gate.session_id
         log = self.work / f"relay{self.started}.log"
-        argv = self.argv(files, self.work / f"basetemp{self.started}")
+        root = Path(self.config.rootpath)
+        argv = session_argv(self.config, root, self.work / f"basetemp{self.started}", files, PARENT_ONLY)
         child = spawn_driven("fresh session", argv, Path(self.config.invocation_params.dir), env, FDS_ENV, log)
         child.collected = set(child.answer().get("collected", []))
         return child
@@ -198,35 +178,28 @@ class RelayParent:
 class RelayChild:
     """Runs the tests the parent names, one a command, and answers with their serialised reports."""
 
-    def __init__(self, config: pytest.Config, commands: IO[str], results: IO[str]) -> None:
+    def __init__(self, config: pytest.Config, channel: DrivenChannel) -> None:
         self.config = config
-        self.commands = commands
-        self.results = results
+        self.channel = channel
         self.reports: list[pytest.TestReport] = []
 
     @classmethod
     def from_environment(cls, config: pytest.Config) -> RelayChild:
-        commands, results = driven_pipes(FDS_ENV)
-        return cls(config, commands, results)
-
-    def reply(self, message: dict[str, Any]) -> None:
-        self.results.write(json.dumps(message) + "\n")
-        self.results.flush()
+        return cls(config, DrivenChannel.from_environment(FDS_ENV))
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtestloop(self, session: pytest.Session) -> bool:
         config = self.config
         items = {item.nodeid: item for item in session.items}
-        self.reply({"collected": list(items)})
-        for line in self.commands:
-            command = json.loads(line)
+        self.channel.reply({"collected": list(items)})
+        for command in self.channel:
             if command.get("cmd") != "run":
                 break
             item = items[command["nodeid"]]
             self.reports = []
             config.hook.pytest_runtest_protocol(item=item, nextitem=items.get(command.get("next") or ""))
             data = [config.hook.pytest_report_to_serializable(config=config, report=r) for r in self.reports]
-            self.reply({"reports": data, "broken": device_session(config).broken})
+            self.channel.reply({"reports": data, "broken": device_session(config).broken})
         return True
 
     @pytest.hookimpl(trylast=True)
@@ -236,5 +209,5 @@ class RelayChild:
     @pytest.hookimpl(trylast=True)  # after the runtime half saved its entries: its errors are final
     def pytest_sessionfinish(self) -> None:
         gate = gate_session(self.config)
-        self.reply({"errors": list(gate.errors) if gate is not None else []})
-        self.results.close()
+        self.channel.reply({"errors": list(gate.errors) if gate is not None else []})
+        self.channel.results.close()

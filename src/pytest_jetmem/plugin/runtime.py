@@ -388,7 +388,7 @@ def at_other_clocks(
         return cmp
     why = f"{then} was measured at {then_mhz:.0f} MHz and this at {now_mhz:.0f} MHz: not the same clocks"
     if cmp.verdict in (Verdict.REGRESSION, Verdict.IMPROVEMENT):
-        return replace(cmp, verdict=Verdict.AMBIGUOUS, reason=why)
+        return cmp.ambiguous_call(why)
     return replace(cmp, reason="; ".join(filter(None, (cmp.reason, why))))
 
 
@@ -399,11 +399,9 @@ def apply_comparison(
 
     A regression fails; an ambiguous verdict fails, warns or passes as ``--jetmem-ambiguous`` says.
     """
-    if row.get("throttled") and cmp.verdict in (Verdict.REGRESSION, Verdict.IMPROVEMENT):
-        cmp = replace(
-            cmp,
-            verdict=Verdict.AMBIGUOUS,
-            reason=f"measured while the GPU was throttled ({', '.join(row['throttled'])}): not comparable",
+    if row.get("throttled"):
+        cmp = cmp.ambiguous_call(
+            f"measured while the GPU was throttled ({', '.join(row['throttled'])}): not comparable"
         )
     row.update(
         baseline_change_pct=cmp.change_pct,
