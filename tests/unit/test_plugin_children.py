@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from concurrency_runs import PLUGIN
-from pytest_jetmem.plugin.children import child_argv, forwarded_args
+from pytest_jetmem.plugin.children import child_argv, forwarded_args, session_argv
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="child processes need POSIX process groups")
 
@@ -58,3 +58,18 @@ def test_child_argv(pytester: pytest.Pytester, tmp_path: Path) -> None:
     assert "--jetmem-tegra-strict" in argv
     for arg in PLUGIN:
         assert arg in argv
+
+
+def test_session_argv_of_a_driven_child(pytester: pytest.Pytester, tmp_path: Path) -> None:
+    """The against and relay children: the parent's ini and options, none of its outputs, its files only."""
+    pytester.makeini("[pytest]\njetmem_report = out/r.html\n")
+    pytester.makepyfile(test_a="def test_x():\n    pass\n")
+    config = pytester.parseconfigure(*PLUGIN, "--jetmem-tegra-strict", "--jetmem-report=x.html", "-c", "tox.ini")
+    root = Path(config.rootpath)
+    argv = session_argv(config, root, tmp_path / "bt", ["test_a.py", "gone.py"], ("--jetmem-report",))
+    assert argv[1:3] == ["-m", "pytest"]
+    assert argv[argv.index("-c") + 1] == str(config.inipath) and argv.count("-c") == 1
+    assert f"--basetemp={tmp_path / 'bt'}" in argv and "--jetmem-tegra-strict" in argv
+    assert "--jetmem-report=x.html" not in argv
+    assert argv[argv.index("-o", argv.index("--jetmem-tegra-strict")) + 1] == "jetmem_report="
+    assert argv[-1] == str(root / "test_a.py")  # gone.py is not in that tree

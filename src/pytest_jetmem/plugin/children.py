@@ -266,7 +266,8 @@ def session_argv(
 
     ``root`` is the parent's rootdir or a copy of it (the base of ``--jetmem-against``): the ini file is the
     parent's, at the same place in ``root`` (none where that tree has none there). The parent's options are
-    forwarded (:func:`forwarded_args`) except ``parent_only``; files missing from ``root`` are left out.
+    forwarded (:func:`forwarded_args`) except ``parent_only``; files missing from ``root`` are left out. The
+    ini key ``jetmem_report`` is cleared: a driven child's rows travel to its parent, which writes the report.
     """
     takes_value = option_takes_value(config)
     stripped = strip_options(
@@ -282,7 +283,7 @@ def session_argv(
                 ini = None
         if ini is not None and ini.is_file():
             argv += ["-c", str(ini)]
-    argv += [f"--basetemp={basetemp}", *forwarded_args(stripped, takes_value)]
+    argv += [f"--basetemp={basetemp}", *forwarded_args(stripped, takes_value), "-o", "jetmem_report="]
     if config.pluginmanager.hasplugin("xdist"):
         argv += ["-n", "0"]  # the parent distributes; a child never does (an addopts "-n auto" would)
     return [*argv, *(str(root / f) for f in files if (root / f).exists())]
