@@ -64,6 +64,13 @@ def main() -> None:
         rows["jetmem kernels.conv2d helper"] = per_launch_us(
             lambda: kernels.conv2d(jm, img, w, out), jm.synchronize, args.launches, args.repeats
         )
+        conv_kernel = jm.kernel("conv2d_replicate")
+        rows["jetmem Kernel.launch conv2d_replicate (7 arguments)"] = per_launch_us(
+            lambda: conv_kernel.launch((1, 1), kernels.CONV_BLOCK, (img, out, w, 8, 8, 3, 3)),
+            jm.synchronize,
+            args.launches,
+            args.repeats,
+        )
 
         from cuda.bindings import driver as cu  # the floor: the same launch with nothing around it
 
@@ -94,6 +101,17 @@ def main() -> None:
 
             rows["CuPy RawKernel (numpy scalars)"] = per_launch_us(
                 cupy_launch, jm.synchronize, args.launches, args.repeats
+            )
+            # The helper's launch done by CuPy: the same kernel, the same seven arguments, no checks around it.
+            conv = cp.RawKernel(kernels.sources()["conv2d_replicate"], "conv2d_replicate")
+            ci, cw, co = cp.asarray(img), cp.asarray(w), cp.asarray(out)
+            h8, w8, k3 = np.int32(CONV_EARLY_OUT[0]), np.int32(CONV_EARLY_OUT[1]), np.int32(3)
+
+            def cupy_conv() -> None:
+                conv((1, 1), kernels.CONV_BLOCK, (ci, co, cw, w8, h8, k3, k3))
+
+            rows["CuPy RawKernel conv2d_replicate (7 arguments)"] = per_launch_us(
+                cupy_conv, jm.synchronize, args.launches, args.repeats
             )
         device = jm.device.name
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ctypes
+import threading
+import time
 from typing import Any
 
 import numpy as np
@@ -14,6 +16,7 @@ from pytest_jetmem.cuda.launch import (
     POINTER,
     Kernel,
     LaunchArgumentError,
+    LaunchTarget,
     Param,
     _dim3,
     pack_args,
@@ -465,6 +468,11 @@ class RecordingOwner:
         self.stream = "jetmem-stream"
         self.before = 0
         self.loaded: list[str] = []
+        self.observers = ["someone to tell"]  # before_launch is called only while a context has observers
+
+    def launch_target(self, compiled: CompiledKernel) -> LaunchTarget:
+        drv = self.drv
+        return LaunchTarget(self.function(compiled), self.stream, drv.launch_kernel, self.observers, self.before_launch)
 
     def function(self, compiled: CompiledKernel) -> str:
         self.loaded.append(compiled.symbol)
@@ -495,7 +503,7 @@ def test_kernel_launch_passes_shapes_and_arguments() -> None:
     }
     assert (second["grid"], second["block"], second["shared"], second["stream"]) == ((2, 3, 1), (16, 16, 1), 64, "s2")
     assert second["values"] == (0x8000, 9, 2.0)
-    assert owner.before == 2 and owner.loaded == ["stream_write", "stream_write"]
+    assert owner.before == 2 and owner.loaded == ["stream_write"]  # the function is looked up once per kernel
 
 
 def test_kernel_launch_validates_before_launching() -> None:
@@ -578,15 +586,49 @@ def test_the_layout_packs_the_same_bytes_as_the_checked_path(args: tuple[Any, ..
     assert got == [h.tobytes() for h in holders]
 
 
-def test_the_layout_is_built_once_and_reused() -> None:
+def test_one_argument_table_per_thread_reused_by_every_launch() -> None:
     k, owner = mixed_kernel()
-    layout = k._layout
-    assert layout is not None
     k.launch(1, 1, MIXED_ARGS[0])
     k.launch(2, 2, MIXED_ARGS[1])
     (first, ptr1), (second, ptr2) = owner.drv.launches
-    assert k._layout is layout and ptr1 == ptr2 == layout.table_address  # one table, reused
+    assert ptr1 == ptr2  # one table, reused
     assert first != second  # and refilled each launch
+    thread = threading.Thread(target=k.launch, args=(1, 1, MIXED_ARGS[2]))
+    thread.start()
+    thread.join()
+    third, ptr3 = owner.drv.launches[2]
+    assert ptr3 != ptr1  # another thread packs into a table of its own (no lock on the hot path)
+    assert third == [h.tobytes() for h in pack_args("mixed", MIXED_ARGS[2], MIXED)[0]]
+
+
+def test_threads_launching_one_kernel_each_pass_their_own_arguments() -> None:
+    """Many threads launch the same kernel at once: every launch carries the arguments of its own call."""
+    params = sig(("p", POINTER), ("n", I64))
+    seen: list[tuple[bytes, bytes]] = []
+    lock = threading.Lock()
+
+    class Reading(BytesDriver):
+        def launch_kernel(self, func: Any, grid: Any, block: Any, shared_mem: int, stream: Any, ptr: int) -> None:
+            time.sleep(0)  # let another thread run between packing and reading
+            table = (ctypes.c_uint64 * 2).from_address(ptr)
+            with lock:
+                seen.append((ctypes.string_at(table[0], 8), ctypes.string_at(table[1], 8)))
+
+    k, owner = mixed_kernel(params)
+    owner.drv = Reading(params)  # type: ignore[assignment]
+
+    def run(t: int) -> None:
+        for i in range(200):
+            k.launch(1, 1, (0x1000 * t + i, t * 1000 + i))
+
+    threads = [threading.Thread(target=run, args=(t,)) for t in range(1, 5)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    pairs = [(int.from_bytes(a, "little"), int.from_bytes(b, "little")) for a, b in seen]
+    assert len(pairs) == 800
+    assert all(p == 0x1000 * (n // 1000) + n % 1000 for p, n in pairs)
 
 
 @pytest.mark.parametrize(
@@ -632,7 +674,6 @@ def test_wrong_count_names_the_parameters() -> None:
 def test_a_signature_with_an_unknown_type_packs_through_the_checked_path() -> None:
     params = sig(("s", None), ("n", I32))
     k, owner = mixed_kernel(params)
-    assert k._layout is None
     owner.drv.sizes = [8, 4]
     k.launch(1, 1, (np.uint64(7), 3))
     got, _ = owner.drv.launches[0]
@@ -647,3 +688,6 @@ def test_launch_shapes_are_checked_once_per_tuple() -> None:
     with pytest.raises(ValueError, match="kernel 'mixed' grid"):
         k.launch((4, 0), 1, MIXED_ARGS[0])
     assert (4, 0) not in k._shapes and len(owner.drv.launches) == 2
+    with pytest.raises(ValueError, match="kernel 'mixed' grid"):
+        k.launch((4.0, 2), 1, MIXED_ARGS[0])  # equal to a shape checked before, but not integers
+    assert len(owner.drv.launches) == 2

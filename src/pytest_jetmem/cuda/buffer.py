@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import math
 from typing import Any, Protocol
 
 import numpy as np
@@ -73,7 +74,7 @@ class Buffer:
 
     @property
     def size(self) -> int:
-        return int(np.prod(self.shape))
+        return math.prod(self.shape)
 
     @property
     def nbytes(self) -> int:
@@ -91,8 +92,11 @@ class Buffer:
 
     @property
     def ptr(self) -> int:
-        """The device address (what a kernel receives)."""
-        return self.allocation.ptr
+        """The device address (what a kernel receives); a freed buffer raises HostAccessError."""
+        alloc = self._alloc  # not through .allocation: every launch reads this
+        if alloc is None:
+            raise HostAccessError(f"{self!r} was freed")
+        return alloc.ptr
 
     def __repr__(self) -> str:
         state = "freed" if self.freed else f"ptr=0x{self._alloc.ptr:x}"  # type: ignore[union-attr]

@@ -285,90 +285,103 @@ _STRUCT_CODES = {
 }
 
 
-class _Slow(Exception):
-    """An argument the fast path does not take as it is: pack the launch through :func:`pack_args`."""
-
-
-def _pointer_value(value: Any) -> int:
-    if isinstance(value, Buffer):
-        return value.ptr
-    if type(value) is int:
-        return value  # a raw device address (struct range-checks it)
-    cai = getattr(value, "__cuda_array_interface__", None)
-    if cai is None:
-        raise _Slow
-    return int(cai["data"][0])
-
-
-def _number_check(kind: np.dtype) -> Callable[[Any], Any]:
-    """A converter taking exactly the values ``kind`` packs unchanged (struct range-checks them), else _Slow."""
-    scalar = kind.type
+def _accepted(kind: np.dtype) -> tuple[type, ...]:
+    """The Python and numpy types a parameter of ``kind`` takes as they are (struct range-checks the value)."""
     if kind.kind == "b":
-        accepted: tuple[type, ...] = (bool, scalar)
-    elif kind.kind == "f":
-        accepted = (float, int, scalar)
+        return (bool, kind.type)
+    if kind.kind == "f":
+        return (float, int, kind.type)
+    return (int, kind.type)
+
+
+def _cai_address(value: Any) -> int | None:
+    """The device address of an object with ``__cuda_array_interface__``, or None."""
+    cai = getattr(value, "__cuda_array_interface__", None)
+    return None if cai is None else cai["data"][0]
+
+
+def _packer(params: list[Param], into: Any) -> Callable[[Sequence[Any]], bool]:
+    """A function packing one launch's arguments for ``params`` into the buffer ``into``; False where the
+    slow path (:func:`pack_args`) must pack them or say what is wrong.
+
+    It is generated once per signature (as :mod:`dataclasses` generates ``__init__``) so that a launch runs
+    straight-line code: a pointer slot takes a Buffer's address, a raw int address or a
+    ``__cuda_array_interface__`` address; a number slot takes the types of :func:`_accepted` and
+    ``struct.pack_into`` range-checks the values. The generated text holds only argument indices.
+    """
+    names = [f"a{i}" for i in range(len(params))]
+    env: dict[str, Any] = {
+        "Buffer": Buffer,
+        "cai_address": _cai_address,
+        "pack_into": struct.Struct(
+            "=" + "".join("Q" if p.kind == POINTER else _STRUCT_CODES[str(p.kind)] for p in params)
+        ).pack_into,
+        "into": into,
+        "errors": (struct.error, OverflowError, TypeError, ValueError),
+    }
+    lines = ["def pack(args):"]
+    if names:
+        lines += ["    try:", f"        {', '.join(names)}, = args", "    except (TypeError, ValueError):"]
+        lines += ["        return False"]
     else:
-        accepted = (int, scalar)
-
-    def convert(value: Any) -> Any:
-        if type(value) in accepted:
-            return value
-        raise _Slow
-
-    return convert
+        lines += ["    if len(args):", "        return False"]
+    for i, (name, param) in enumerate(zip(names, params, strict=True)):
+        if param.kind == POINTER:
+            lines += [f"    t = type({name})", "    if t is Buffer:", f"        {name} = {name}.ptr"]
+            lines += ["    elif t is not int:", f"        {name} = cai_address({name})", f"        if {name} is None:"]
+            lines += ["            return False"]
+        else:
+            env[f"accepted{i}"] = _accepted(param.kind)  # type: ignore[arg-type]
+            lines += [f"    if type({name}) not in accepted{i}:", "        return False"]
+    lines += ["    try:", f"        pack_into(into, 0{''.join(', ' + n for n in names)})", "    except errors:"]
+    lines += ["        return False", "    return True"]
+    exec("\n".join(lines), env)  # generated from indices only, see the docstring
+    pack: Callable[[Sequence[Any]], bool] = env["pack"]
+    return pack
 
 
 class _Layout:
-    """The packed-argument layout of one kernel signature: built once, reused by every launch.
+    """The packed-argument layout of one kernel signature, one per thread that launches the kernel.
 
-    The arguments sit at 8-byte slots of one ctypes buffer; the address table points at them. Each launch
-    converts its arguments (a Buffer's address, a Python or numpy number of the declared type) and packs
-    them with one ``struct.pack_into``; anything else (a wrong type, a value out of range, the wrong count)
-    falls back to :func:`pack_args`, which packs it or raises the :class:`LaunchArgumentError` naming the
-    parameter. Not for signatures with a parameter of unknown type (the argument decides its size).
+    The arguments sit at 8-byte slots of one ctypes buffer; the address table points at them. :attr:`pack`
+    (see :func:`_packer`) fills the buffer for one launch or returns False, and :func:`pack_args` then packs
+    the arguments or raises the :class:`LaunchArgumentError` naming the parameter. Not for signatures with
+    a parameter of unknown type (the argument decides its size).
     """
 
     def __init__(self, params: list[Param]) -> None:
-        self.count = len(params)
-        self.struct = struct.Struct(
-            "=" + "".join("Q" if p.kind == POINTER else _STRUCT_CODES[str(p.kind)] for p in params)
-        )
-        self.values = ctypes.create_string_buffer(max(self.struct.size, 8))
+        self.values = ctypes.create_string_buffer(max(8 * len(params), 8))
         base = ctypes.addressof(self.values)
-        self.table = (ctypes.c_uint64 * max(self.count, 1))(*(base + 8 * i for i in range(self.count)))
+        self.table = (ctypes.c_uint64 * max(len(params), 1))(*(base + 8 * i for i in range(len(params))))
         self.table_address = ctypes.addressof(self.table)
-        self.converters = [_pointer_value if p.kind == POINTER else _number_check(p.kind) for p in params]  # type: ignore[arg-type]
-        self.lock = threading.Lock()
+        self.pack = _packer(params, self.values)
 
     @staticmethod
     def possible(params: list[Param] | None) -> bool:
         return params is not None and all(p.kind == POINTER or str(p.kind) in _STRUCT_CODES for p in params)
 
-    def pack(self, args: Sequence[Any]) -> bool:
-        """Pack ``args`` into the buffer (hold ``lock``); False where the slow path must do it."""
-        if len(args) != self.count:
-            return False
-        try:
-            self.struct.pack_into(self.values, 0, *[c(a) for c, a in zip(self.converters, args, strict=True)])
-        except (_Slow, struct.error, OverflowError, TypeError, ValueError):
-            return False
-        return True
+
+@dataclass(frozen=True)
+class LaunchTarget:
+    """Where one kernel's launches go, resolved on its first launch and reused by every later one.
+
+    ``observers`` is the context's live list of observers: ``before_launch`` is called before a launch
+    only while the list is not empty (most launches have nobody to tell).
+    """
+
+    func: Any  # the loaded CUfunction
+    stream: Any  # the default stream
+    launch: Callable[[Any, tuple[int, int, int], tuple[int, int, int], int, Any, int], None]  # drv.launch_kernel
+    observers: Sequence[Any]
+    before_launch: Callable[[Any], None]
 
 
 class LaunchContext(Protocol):
-    """What a launch needs: the driver, a default stream, loaded functions, and a hook before each launch."""
+    """What launches need: where a kernel's launches go (its loaded function, the default stream, the driver
+    call, and who is told before each launch)."""
 
-    @property
-    def drv(self) -> Any: ...
-
-    @property
-    def stream(self) -> Any: ...
-
-    def function(self, compiled: CompiledKernel) -> Any:
-        """The loaded ``CUfunction`` of ``compiled``."""
-
-    def before_launch(self, stream: Any) -> None:
-        """Called with the target stream right before ``cuLaunchKernel``."""
+    def launch_target(self, compiled: CompiledKernel) -> LaunchTarget:
+        """The :class:`LaunchTarget` of ``compiled`` on this context (loads its module if needed)."""
 
 
 class Kernel:
@@ -378,19 +391,23 @@ class Kernel:
         self._ctx = ctx
         self.compiled = compiled
         self.params = params
-        self._layout = _Layout(params) if params is not None and _Layout.possible(params) else None
+        self._fast = _Layout.possible(params)
+        self._layouts = threading.local()  # one argument buffer per launching thread: no lock on the hot path
         self._shapes: dict[tuple[int, ...], tuple[int, int, int]] = {}  # launch shapes already checked
+        self._target: LaunchTarget | None = None
 
     def _shape(self, value: int | Sequence[int], what: str) -> tuple[int, int, int]:
-        """``value`` as a checked dim3; tuples checked once per kernel (the same launch shape is the common case)."""
-        if type(value) is int and value > 0:
-            return (value, 1, 1)
+        """``value`` as a checked dim3; tuples of ints checked once per kernel (the same shape is the common case)."""
         if type(value) is tuple:
             known = self._shapes.get(value)
             if known is not None:
-                return known
+                for d in value:  # equal is not enough: (2.0, 3) == (2, 3), and a float is refused
+                    if type(d) is not int:
+                        break
+                else:
+                    return known
         dims = _dim3(value, f"kernel {self.name!r} {what}")
-        if type(value) is tuple and len(self._shapes) < 64:
+        if type(value) is tuple and len(self._shapes) < 64 and all(type(d) is int for d in value):
             self._shapes[value] = dims
         return dims
 
@@ -414,20 +431,25 @@ class Kernel:
         The arguments are checked against the kernel's parameters before anything is queued; a wrong
         count, type or value raises :class:`LaunchArgumentError` naming the parameter.
         """
-        g = self._shape(grid, "grid")
-        b = self._shape(block, "block")
-        ctx = self._ctx
-        target = stream if stream is not None else ctx.stream
-        layout = self._layout
-        if layout is not None:
-            with layout.lock:  # one argument buffer per kernel: cuLaunchKernel copies it before returning
-                if layout.pack(args):
-                    func = ctx.function(self.compiled)
-                    ctx.before_launch(target)
-                    ctx.drv.launch_kernel(func, g, b, shared_mem, target, layout.table_address)
-                    return
+        g = (grid, 1, 1) if type(grid) is int and grid > 0 else self._shape(grid, "grid")
+        b = (block, 1, 1) if type(block) is int and block > 0 else self._shape(block, "block")
+        target = self._target
+        if target is None:
+            target = self._target = self._ctx.launch_target(self.compiled)
+        if stream is None:
+            stream = target.stream
+        if self._fast:
+            try:
+                layout = self._layouts.layout
+            except AttributeError:
+                layout = self._layouts.layout = _Layout(self.params)  # type: ignore[arg-type]
+            if layout.pack(args):  # cuLaunchKernel copies the arguments before it returns
+                if target.observers:
+                    target.before_launch(stream)
+                target.launch(target.func, g, b, shared_mem, stream, layout.table_address)
+                return
         holders, addresses = pack_args(self.name, args, self.params)
-        func = ctx.function(self.compiled)
-        ctx.before_launch(target)
-        ctx.drv.launch_kernel(func, g, b, shared_mem, target, addresses.ctypes.data)
+        if target.observers:
+            target.before_launch(stream)
+        target.launch(target.func, g, b, shared_mem, stream, addresses.ctypes.data)
         del holders

@@ -22,7 +22,7 @@ from pytest_jetmem.cuda.attachment import Attachment
 from pytest_jetmem.cuda.buffer import Buffer
 from pytest_jetmem.cuda.compiler import CompiledKernel
 from pytest_jetmem.cuda.device import DeviceInfo
-from pytest_jetmem.cuda.launch import Kernel, parse_signature
+from pytest_jetmem.cuda.launch import Kernel, LaunchTarget, parse_signature
 from pytest_jetmem.cuda.modes import (
     Allocation,
     MemoryMode,
@@ -210,20 +210,29 @@ class Workspace:
 
     def kernel(self, name: str) -> Kernel:
         """A bundled kernel by name (see ``pytest_jetmem.kernels.names()``)."""
-        if name not in self._kernels:
-            try:
-                src = bundled.source(name)
-            except KeyError:
-                raise KeyError(
-                    f"{self.nodeid}: no bundled kernel {name!r}; bundled: {', '.join(bundled.names())}"
-                ) from None
-            compiled = self.session.compiled(src, name, (), filename=bundled.source_file(name))
-            self._kernels[name] = Kernel(self, compiled, parse_signature(src, name))
-        return self._kernels[name]
+        known = self._kernels.get(name)
+        if known is not None:
+            return known
+        try:
+            src = bundled.source(name)
+        except KeyError:
+            raise KeyError(
+                f"{self.nodeid}: no bundled kernel {name!r}; bundled: {', '.join(bundled.names())}"
+            ) from None
+        compiled = self.session.compiled(src, name, (), filename=bundled.source_file(name))
+        known = self._kernels[name] = Kernel(self, compiled, parse_signature(src, name))
+        return known
 
     def function(self, compiled: CompiledKernel) -> Any:
         """The loaded ``CUfunction`` of ``compiled`` (for :class:`~pytest_jetmem.cuda.launch.Kernel`)."""
         return self.session.function(compiled)
+
+    def launch_target(self, compiled: CompiledKernel) -> LaunchTarget:
+        """Where ``compiled``'s launches go (for :class:`~pytest_jetmem.cuda.launch.Kernel`): its function,
+        jetmem's stream, the driver's launch and this workspace's observers (told through :meth:`before_launch`)."""
+        return LaunchTarget(
+            self.session.function(compiled), self.stream, self.drv.launch_kernel, self.observers, self.before_launch
+        )
 
     def before_launch(self, stream: Any = None) -> None:
         """Launch bookkeeping: observers learn that a kernel is queued on ``stream``."""

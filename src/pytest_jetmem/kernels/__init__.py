@@ -32,15 +32,25 @@ def stream_grid(n: int, sm_count: int) -> int:
 
 def conv2d(jm: Workspace, image: Buffer, kernel: Buffer, out: Buffer) -> None:
     """Queue ``out = conv2d_replicate(image, kernel)``; image and out are (height, width) float32."""
-    _expect(image, 2, _F32, "image")
-    _expect(kernel, 2, _F32, "kernel")
-    _expect(out, 2, _F32, "out")
-    h, w = image.shape
-    kh, kw = kernel.shape
-    if kh % 2 == 0 or kw % 2 == 0:
-        raise ValueError(f"conv2d: kernel sizes must be odd, got {kernel.shape}")
-    if out.shape != image.shape:
-        raise ValueError(f"conv2d: out shape {out.shape} differs from image shape {image.shape}")
+    shape, kshape = image.shape, kernel.shape
+    if (
+        image.dtype is not _F32
+        or kernel.dtype is not _F32
+        or out.dtype is not _F32
+        or len(shape) != 2
+        or len(kshape) != 2
+        or out.shape != shape
+        or not kshape[0] & kshape[1] & 1
+    ):  # the common case in one test (a launch's host cost counts); the messages below
+        _expect(image, 2, _F32, "image")
+        _expect(kernel, 2, _F32, "kernel")
+        _expect(out, 2, _F32, "out")
+        if kshape[0] % 2 == 0 or kshape[1] % 2 == 0:
+            raise ValueError(f"conv2d: kernel sizes must be odd, got {kernel.shape}")
+        if out.shape != shape:
+            raise ValueError(f"conv2d: out shape {out.shape} differs from image shape {image.shape}")
+    h, w = shape
+    kh, kw = kshape
     grid = ((w + CONV_BLOCK[0] - 1) // CONV_BLOCK[0], (h + CONV_BLOCK[1] - 1) // CONV_BLOCK[1])
     jm.kernel("conv2d_replicate").launch(grid, CONV_BLOCK, (image, out, kernel, w, h, kw, kh))
 
@@ -93,7 +103,7 @@ def coherence(jm: Workspace, buf: Buffer, expect_seed: int, new_seed: int, check
 
 
 def _expect(buf: Buffer, ndim: int | None, dtype: np.dtype, what: str) -> None:
-    if buf.dtype != dtype:
+    if buf.dtype is not dtype and buf.dtype != dtype:
         raise TypeError(f"{what}: expected a {dtype} buffer, got {buf.dtype}")
     if ndim is not None and len(buf.shape) != ndim:
         raise ValueError(f"{what}: expected {ndim} dimensions, got shape {buf.shape}")
