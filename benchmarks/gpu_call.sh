@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One device-tool call that spends its whole time: optionally the GPU suite, the demo and the launch benchmark
-# (CHECKS=1; LAUNCH=1 for the launch benchmark), then the regression-gate study until DEADLINE_S seconds after the start (schedule SCHEDULE:
+# (CHECKS=1; LAUNCH=1 for the launch benchmark; NUMBA=1 for the framework tests under an older numpy), then the regression-gate study until DEADLINE_S seconds after the start (schedule SCHEDULE:
 # mixed, aa or slow; phase PHASE: against or stored). Logs and results under $OUT.
 # Wheels the image lacks (pytest-xdist, execnet) are installed from .whl/ when it was carried.
 set -o pipefail
@@ -19,6 +19,13 @@ if [[ ${CHECKS:-0} == 1 ]]; then
 fi
 if [[ ${LAUNCH:-0} == 1 ]]; then
   python3 benchmarks/bench_launch.py --json "$OUT/launch.json" > "$OUT/launch.log" 2>&1; tail -12 "$OUT/launch.log"
+fi
+if [[ ${NUMBA:-0} == 1 ]] && compgen -G ".whl-numpy24/numpy-*.whl" >/dev/null; then
+  # The image's numba does not work with its numpy: the Numba test again with an older numpy shadowing it
+  # (carried: .whl-numpy24, from pip download --python-version 3.12 numpy==2.4.6).
+  python3 -m pip install -q --no-deps --target /tmp/numpy-older .whl-numpy24/numpy-*.whl 2>&1 | tail -2
+  PYTHONPATH=/tmp/numpy-older python3 -m pytest -p no:cacheprovider -rA -W ignore::DeprecationWarning \
+    tests/gpu/test_frameworks_gpu.py > "$OUT/numba.log" 2>&1; grep -E "numba|passed|failed" "$OUT/numba.log" | tail -6
 fi
 left=$(( ${DEADLINE_S:-560} - ($(date +%s) - start) - 30 ))
 echo "study budget: ${left}s"
