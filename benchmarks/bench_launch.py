@@ -24,53 +24,60 @@ from pytest_jetmem import kernels, open_handle
 EMPTY = r"""
 extern "C" __global__ void empty(const float* in, float* out, float a, int n) { }
 """
+RATIOS = (
+    ("jetmem Kernel.launch (Python numbers)", "CuPy RawKernel (numpy scalars)"),
+    ("jetmem Kernel.launch (numpy scalars)", "CuPy RawKernel (numpy scalars)"),
+    ("jetmem Kernel.launch conv2d_replicate (7 arguments)", "CuPy RawKernel conv2d_replicate (7 arguments)"),
+    ("jetmem kernels.conv2d helper", "CuPy RawKernel conv2d_replicate (7 arguments)"),
+)
 CONV_EARLY_OUT = (8, 8)  # a tiny image: the helper's launch, not the convolution, is what is timed
 
 
-def per_launch_us(launch: Callable[[], None], sync: Callable[[], None], launches: int, repeats: int) -> float:
-    """Median over ``repeats`` batches of the host microseconds one launch costs."""
-    for _ in range(min(launches, 200)):  # warm-up: compile, load, caches
-        launch()
-    sync()
-    batches = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        for _ in range(launches):
+def per_launch_us(
+    launches_by_name: dict[str, Callable[[], None]], sync: Callable[[], None], launches: int, repeats: int
+) -> dict[str, float]:
+    """Median over ``repeats`` rounds of the host microseconds one launch costs, per candidate.
+
+    Each round times one batch of every candidate, in an order rotated from round to round, so that a drift of
+    the host (clocks, other processes) during the run weighs on every candidate alike.
+    """
+    names = list(launches_by_name)
+    for launch in launches_by_name.values():  # warm-up: compile, load, caches
+        for _ in range(min(launches, 200)):
             launch()
-        batches.append((time.perf_counter() - t0) / launches * 1e6)
-        sync()
-    return statistics.median(batches)
+    sync()
+    batches: dict[str, list[float]] = {name: [] for name in names}
+    for r in range(repeats):
+        for name in names[r % len(names) :] + names[: r % len(names)]:
+            launch = launches_by_name[name]
+            t0 = time.perf_counter()
+            for _ in range(launches):
+                launch()
+            batches[name].append((time.perf_counter() - t0) / launches * 1e6)
+            sync()
+    return {name: statistics.median(b) for name, b in batches.items()}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--launches", type=int, default=3000)
-    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--json", default=None, help="also write the figures to this JSON file")
     args = parser.parse_args()
 
-    rows: dict[str, float] = {}
+    cands: dict[str, Callable[[], None]] = {}
     with open_handle("device") as jm:
         x, y = jm.zeros(1024), jm.zeros(1024)
         n = np.int32(1024)
         k = jm.compile(EMPTY, "empty")
-        rows["jetmem Kernel.launch (Python numbers)"] = per_launch_us(
-            lambda: k.launch(4, 256, (x, y, 2.0, 1024)), jm.synchronize, args.launches, args.repeats
-        )
+        cands["jetmem Kernel.launch (Python numbers)"] = lambda: k.launch(4, 256, (x, y, 2.0, 1024))
         a = np.float32(2.0)  # made once, as for CuPy below: the launch is timed, not the scalar's creation
-        rows["jetmem Kernel.launch (numpy scalars)"] = per_launch_us(
-            lambda: k.launch(4, 256, (x, y, a, n)), jm.synchronize, args.launches, args.repeats
-        )
+        cands["jetmem Kernel.launch (numpy scalars)"] = lambda: k.launch(4, 256, (x, y, a, n))
         img, w, out = jm.zeros(CONV_EARLY_OUT), jm.zeros((3, 3)), jm.zeros(CONV_EARLY_OUT)
-        rows["jetmem kernels.conv2d helper"] = per_launch_us(
-            lambda: kernels.conv2d(jm, img, w, out), jm.synchronize, args.launches, args.repeats
-        )
+        cands["jetmem kernels.conv2d helper"] = lambda: kernels.conv2d(jm, img, w, out)
         conv_kernel = jm.kernel("conv2d_replicate")
-        rows["jetmem Kernel.launch conv2d_replicate (7 arguments)"] = per_launch_us(
-            lambda: conv_kernel.launch((1, 1), kernels.CONV_BLOCK, (img, out, w, 8, 8, 3, 3)),
-            jm.synchronize,
-            args.launches,
-            args.repeats,
+        cands["jetmem Kernel.launch conv2d_replicate (7 arguments)"] = lambda: conv_kernel.launch(
+            (1, 1), kernels.CONV_BLOCK, (img, out, w, 8, 8, 3, 3)
         )
 
         from cuda.bindings import driver as cu  # the floor: the same launch with nothing around it
@@ -80,11 +87,8 @@ def main() -> None:
         holders.append(np.array([1024], np.int32))
         table = np.array([h.ctypes.data for h in holders], np.uint64)
         table_ptr, stream = table.ctypes.data, jm.stream
-        rows["cuda-bindings cuLaunchKernel (floor)"] = per_launch_us(
-            lambda: cu.cuLaunchKernel(func, 4, 1, 1, 256, 1, 1, 0, stream, table_ptr, 0),
-            jm.synchronize,
-            args.launches,
-            args.repeats,
+        cands["cuda-bindings cuLaunchKernel (floor)"] = lambda: cu.cuLaunchKernel(
+            func, 4, 1, 1, 256, 1, 1, 0, stream, table_ptr, 0
         )
 
         try:
@@ -99,9 +103,7 @@ def main() -> None:
             def cupy_launch() -> None:
                 raw((4,), (256,), (cx, cy, a, n))
 
-            rows["CuPy RawKernel (numpy scalars)"] = per_launch_us(
-                cupy_launch, jm.synchronize, args.launches, args.repeats
-            )
+            cands["CuPy RawKernel (numpy scalars)"] = cupy_launch
             # The helper's launch done by CuPy: the same kernel, the same seven arguments, no checks around it.
             conv = cp.RawKernel(kernels.sources()["conv2d_replicate"], "conv2d_replicate")
             ci, cw, co = cp.asarray(img), cp.asarray(w), cp.asarray(out)
@@ -110,20 +112,23 @@ def main() -> None:
             def cupy_conv() -> None:
                 conv((1, 1), kernels.CONV_BLOCK, (ci, co, cw, w8, h8, k3, k3))
 
-            rows["CuPy RawKernel conv2d_replicate (7 arguments)"] = per_launch_us(
-                cupy_conv, jm.synchronize, args.launches, args.repeats
-            )
+            cands["CuPy RawKernel conv2d_replicate (7 arguments)"] = cupy_conv
         device = jm.device.name
+        rows = per_launch_us(cands, jm.synchronize, args.launches, args.repeats)
 
     width = max(len(name) for name in rows)
-    print(f"host cost per launch on {device} ({args.launches} launches x {args.repeats} batches, median):")
+    print(f"host cost per launch on {device} ({args.launches} launches x {args.repeats} interleaved rounds, median):")
     for name, us in rows.items():
         print(f"  {name:<{width}}  {us:7.2f} us")
     if "CuPy RawKernel (numpy scalars)" not in rows:
         print("  (CuPy is not installed: no CuPy figure)")
+    ratios = {f"{ours} / {theirs}": rows[ours] / rows[theirs] for ours, theirs in RATIOS if theirs in rows}
+    for name, ratio in ratios.items():
+        print(f"  {name}: {ratio:.2f}")
     if args.json:
+        doc = {"device": device, "launches": args.launches, "rounds": args.repeats, "per_launch_us": rows}
         with open(args.json, "w") as fh:
-            json.dump({"device": device, "launches": args.launches, "per_launch_us": rows}, fh, indent=2)
+            json.dump({**doc, "ratios": ratios}, fh, indent=2)
 
 
 if __name__ == "__main__":

@@ -481,3 +481,34 @@ def test_a_call_at_other_clocks_or_throttled_is_ambiguous_and_says_why(
     assert outcomes(result)["test_gated[device]"] == "FAILED"
     assert reason in " ".join(result.stdout.str().split())
     assert row(result, "test_gated[device]")["verdict"] == "FAIL ambiguous"
+
+
+ZERO_COPY_FILE = """
+@pytest.mark.memmode("device", "zero_copy")
+@pytest.mark.memmode_runtime(max_ms=100)
+def test_gated(jetmem):
+    jetmem.measure(fill(jetmem), label="fill")
+"""
+
+
+@pytest.mark.parametrize(
+    ("profile", "zero_copy"),
+    [("dgpu", ("PASSED", "ambiguous")), ("orin", ("FAILED", "FAIL regression"))],
+    ids=["discrete", "integrated"],
+)
+def test_zero_copy_over_pcie_is_reported_not_judged_against_stored_sessions(
+    pytester: pytest.Pytester, install_fake_driver: InstallFake, profile: str, zero_copy: tuple[str, str]
+) -> None:
+    """Sessions of a stored baseline do not capture where each process's pinned host memory lands either."""
+    install_fake_driver(profile, kernel_ms=jittered(0.1, seed=6))
+    pytester.makepyfile(test_b=inner(ZERO_COPY_FILE))
+    for _ in range(MIN_SESSIONS):
+        assert pytester.runpytest("--jetmem-save=main").ret == pytest.ExitCode.OK
+    install_fake_driver(profile, kernel_ms=jittered(0.12, seed=7))
+    result = pytester.runpytest("-rA", "--jetmem-compare=main")
+    assert outcomes(result) == {"test_gated[device]": "FAILED", "test_gated[zero_copy]": zero_copy[0]}
+    gated = row(result, "test_gated[zero_copy]")
+    assert gated["verdict"] == zero_copy[1]
+    assert gated["vs baseline"].endswith(zero_copy[1].split()[-1]) and gated["vs baseline"].startswith("+")
+    pcie = "zero-copy memory over PCIe: where each process's pinned host memory lands"
+    assert (pcie in " ".join(result.stdout.str().split())) is (profile == "dgpu")

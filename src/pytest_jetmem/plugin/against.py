@@ -30,11 +30,18 @@ from typing import Any
 import pytest
 
 from pytest_jetmem.handle import Jetmem
-from pytest_jetmem.measure.compare import Comparison, compare_paired
+from pytest_jetmem.measure.compare import compare_paired
 from pytest_jetmem.measure.duet import BASE, CHANGE, Duet, make_channel
 from pytest_jetmem.plugin import options
 from pytest_jetmem.plugin.children import ChildProcess, DrivenChannel, run_in_children_only, session_argv, spawn_driven
-from pytest_jetmem.plugin.runtime import apply_comparison, at_other_clocks, clock_mhz, item_spec, publish_row
+from pytest_jetmem.plugin.runtime import (
+    apply_comparison,
+    at_other_clocks,
+    clock_mhz,
+    item_spec,
+    over_pcie,
+    publish_row,
+)
 from pytest_jetmem.plugin.sessions import device_session, gate_session
 
 SIDE_ENV = "PYTEST_JETMEM_AGAINST_SIDE"  # "0" (base) or "1" (change): this process is a child
@@ -280,21 +287,6 @@ def judge(item: pytest.Function, parent: AgainstParent, change: dict[str, Any], 
         pytest.fail(f"{item.nodeid} failed in the change:\n{message}", pytrace=False)
     if failures:
         pytest.fail("\n".join(failures), pytrace=False)
-
-
-def over_pcie(cmp: Comparison) -> Comparison:
-    """A zero-copy call on a discrete GPU, said to be ambiguous: one pair of processes cannot tell it from placement.
-
-    Each process's pinned host memory lands on its own physical pages, and reading it over PCIe differs by up to
-    6% between two processes running the same code (H100, docs/performance.md), while allocations within one
-    process reuse the same pages, so neither rounds nor runs of one pair measure that spread. Sessions of a
-    stored baseline (``--jetmem-save`` appended) do. On an integrated GPU there is no PCIe: judged as usual.
-    """
-    return cmp.ambiguous_call(
-        "zero-copy memory over PCIe: where each process's pinned host memory lands changes its speed by a few "
-        "percent, which one pair of processes cannot tell from a change; gate it with a stored baseline of "
-        "appended sessions"
-    )
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:

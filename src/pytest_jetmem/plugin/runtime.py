@@ -363,6 +363,8 @@ def _judge(item: pytest.Function, handle: Jetmem, spec: RuntimeSpec | None) -> l
                 else:
                     cmp = compare_sessions(entry.sessions(), m.runs or [m.samples], state.fail_pct)
                     cmp = at_other_clocks(cmp, entry.sm_mhz, clock_mhz(m.clocks))
+                    if m.mode == "zero_copy" and not handle.device.integrated:
+                        cmp = over_pcie(cmp)
                     failure = apply_comparison(item, state, row, cmp, judged=is_judged and spec.baseline)
                     if failure:
                         failures.append(failure)
@@ -390,6 +392,23 @@ def at_other_clocks(
     if cmp.verdict in (Verdict.REGRESSION, Verdict.IMPROVEMENT):
         return cmp.ambiguous_call(why)
     return replace(cmp, reason="; ".join(filter(None, (cmp.reason, why))))
+
+
+def over_pcie(cmp: Comparison) -> Comparison:
+    """A zero-copy call on a discrete GPU, said to be ambiguous: it is reported with its figures, not judged.
+
+    Each process's pinned host memory lands on its own physical pages, and reading it over PCIe moves by far more
+    than a gate's threshold from one process to the next: on an H100, 24 sessions of the same code spread by up to
+    24% (coefficient of variation 5.2%, the 45x45 convolution), and a baseline of five appended sessions called
+    6 of 293 A/A comparisons regressions (docs/performance.md). Allocations within one process reuse the same
+    pages, so no number of rounds or runs in one pair of processes measures that spread either. On an integrated
+    GPU (a Jetson) there is no PCIe: zero-copy is judged as usual.
+    """
+    return cmp.ambiguous_call(
+        "zero-copy memory over PCIe: where each process's pinned host memory lands moves its speed by several "
+        "percent from one process to the next, more than a baseline or a pair of processes can tell from a "
+        "change; reported, not judged, on a discrete GPU (judged on an integrated GPU such as a Jetson's)"
+    )
 
 
 def apply_comparison(
