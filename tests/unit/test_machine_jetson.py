@@ -15,10 +15,12 @@ from pytest_jetmem.machine.jetson import (
     _clocks_locked,
     _parse_nvpmodel_conf,
     for_device,
+    gpu_clock_state,
     read_jetson_state,
     read_jetson_state_for,
     timing_warnings,
 )
+from pytest_jetmem.measure.timing import clock_record
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "jetson"
 ORIN = DATA / "orin_agx"
@@ -648,3 +650,32 @@ def test_state_only_for_the_integrated_gpu(integrated: bool | None) -> None:
     assert for_device(full, integrated) == JetsonState()
     assert read_jetson_state_for(integrated, ORIN) == JetsonState()
     assert read_jetson_state_for(True, ORIN) == full
+
+
+# --------------------------------------------------------------------------- one measurement's clock record
+
+
+def test_gpu_clock_state_reads_devfreq_throttle_and_oc_counters(orin: Path) -> None:
+    state = gpu_clock_state(orin)
+    assert state is not None
+    assert (state.sm_mhz, state.sm_max_mhz, state.slowdowns) == (306, 1300, ())  # the recorded idle board
+    assert dict(state.counters) == {k: v for k, v in read_jetson_state(orin).oc_event_counts.items()}
+    write(orin, "sys/class/thermal/cooling_device5/cur_state", "1\n")  # gpu-throttle-alert fires
+    write(orin, "sys/class/devfreq/17000000.gpu/cur_freq", "918000000\n")
+    hot = gpu_clock_state(orin)
+    assert hot is not None and (hot.sm_mhz, hot.slowdowns) == (918, ("gpu-throttle-alert",))
+
+
+def test_gpu_clock_state_is_none_off_a_jetson() -> None:
+    assert gpu_clock_state(DESKTOP) is None
+
+
+def test_oc_events_during_sampling_are_a_slowdown_of_the_measurement(orin: Path) -> None:
+    before = gpu_clock_state(orin)
+    hw = orin / "sys/class/hwmon/hwmon3"
+    count = int((hw / "oc2_event_cnt").read_text())
+    write(orin, "sys/class/hwmon/hwmon3/oc2_event_cnt", f"{count + 3}\n")
+    after = gpu_clock_state(orin)
+    record = clock_record(before, after)
+    assert record is not None and record["slowdowns"] == ["oc2 events +3"]
+    assert clock_record(before, before) == {"sm_mhz": [306, 306], "sm_max_mhz": 1300, "slowdowns": []}

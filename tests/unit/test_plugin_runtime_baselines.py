@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -512,3 +513,26 @@ def test_zero_copy_over_pcie_is_reported_not_judged_against_stored_sessions(
     assert gated["vs baseline"].endswith(zero_copy[1].split()[-1]) and gated["vs baseline"].startswith("+")
     pcie = "zero-copy memory over PCIe: where each process's pinned host memory lands"
     assert (pcie in " ".join(result.stdout.str().split())) is (profile == "dgpu")
+
+
+ORIN_TREE = Path(__file__).resolve().parent.parent / "data" / "jetson" / "orin_agx"
+
+
+def test_a_jetson_measurement_carries_devfreq_clocks_and_a_throttle_makes_its_call_ambiguous(
+    pytester: pytest.Pytester, install_fake_driver: InstallFake, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """No NVML on a Jetson: each measurement's clock record comes from the GPU's devfreq node and throttle alerts."""
+    root = tmp_path / "sysroot"
+    shutil.copytree(ORIN_TREE, root)
+    monkeypatch.setenv("JETMEM_SYSROOT", str(root))
+    install_fake_driver("orin", kernel_ms=jittered(0.1, seed=1))  # the fake has no NVML clocks, as a Jetson
+    pytester.makepyfile(test_b=inner(BASE_FILE))
+    for _ in range(MIN_SESSIONS):
+        assert pytester.runpytest("--jetmem-save=main").ret == pytest.ExitCode.OK
+    assert baseline_doc(pytester)["entries"][KEYS[0]]["sm_mhz"] == 306  # the recorded board's cur_freq
+    (root / "sys/class/thermal/cooling_device5/cur_state").write_text("1\n")  # gpu-throttle-alert
+    install_fake_driver("orin", kernel_ms=jittered(0.12, seed=3))
+    result = pytester.runpytest("-rA", "--jetmem-compare=main", "--jetmem-ambiguous=fail")
+    assert outcomes(result)["test_gated[device]"] == "FAILED"
+    assert row(result, "test_gated[device]")["verdict"] == "FAIL ambiguous"
+    assert "measured while the GPU was throttled (gpu-throttle-alert)" in " ".join(result.stdout.str().split())

@@ -77,11 +77,16 @@ SLOWDOWN_REASONS = {
 
 @dataclass(frozen=True)
 class ClockState:
-    """The SM clock now and its maximum (MHz), and the active slowdown reasons, as NVML reports them."""
+    """The SM clock now and its maximum (MHz), and the active slowdown reasons, as NVML reports them (on a Jetson:
+    the GPU devfreq clock, see :func:`pytest_jetmem.machine.jetson.gpu_clock_state`).
+
+    ``counters``: cumulative event counters (a Jetson's over-current events); a rise while sampling is a slowdown.
+    """
 
     sm_mhz: int
     sm_max_mhz: int
     slowdowns: tuple[str, ...] = ()
+    counters: tuple[tuple[str, int], ...] = ()
 
 
 class CudaDriver:

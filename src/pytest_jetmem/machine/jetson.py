@@ -26,11 +26,14 @@ millidegrees).
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
+
+from pytest_jetmem.cuda.driver import ClockState
 
 __all__ = ["CHIP_NAMES", "JetsonState", "for_device", "read_jetson_state", "read_jetson_state_for", "timing_warnings"]
 
@@ -423,6 +426,30 @@ def _read_oc_events(root: Path) -> dict[str, int]:
                 if value is not None:
                     out[m.group(1)] = value
     return out
+
+
+def sysroot() -> str:
+    """Where the Jetson files are read from: ``/``, or ``$JETMEM_SYSROOT`` (recorded trees in tests)."""
+    return os.environ.get("JETMEM_SYSROOT") or "/"
+
+
+def gpu_clock_state(root: str | Path) -> ClockState | None:
+    """The integrated GPU's clock record for one measurement, from devfreq (None: not a Jetson, or no clock).
+
+    ``sm_mhz`` is the GPU devfreq ``cur_freq``, ``sm_max_mhz`` its ``max_freq`` (the ceiling now, under the power
+    mode and any thermal cap), ``slowdowns`` the active throttle indicators (see :class:`JetsonState`) and
+    ``counters`` the over-current event counters, so that events during sampling show as a slowdown.
+    """
+    s = read_jetson_state(Path(root))
+    if not s.is_jetson or s.gpu_cur_freq_hz is None:
+        return None
+    top = s.gpu_max_freq_hz or s.gpu_cur_freq_hz
+    return ClockState(
+        round(s.gpu_cur_freq_hz / 1e6),
+        round(top / 1e6),
+        tuple(s.throttle_reasons),
+        tuple(sorted(s.oc_event_counts.items())),
+    )
 
 
 # --------------------------------------------------------------------------- chip, model

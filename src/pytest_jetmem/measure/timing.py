@@ -21,10 +21,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from pytest_jetmem.machine.jetson import gpu_clock_state, sysroot
 from pytest_jetmem.measure.stats import StoppingRule, Summary, summarize
 
 if TYPE_CHECKING:
     from pytest_jetmem.cuda.buffer import Buffer
+    from pytest_jetmem.cuda.device import Device
     from pytest_jetmem.cuda.driver import ClockState
     from pytest_jetmem.cuda.workspace import Workspace
     from pytest_jetmem.measure.duet import Duet
@@ -254,10 +256,10 @@ def measure(
                 first, first_wall = sampler.first()
                 for _ in range(warmup):
                     sampler.sample()
-                warm[0] = device.clock_state()
+                warm[0] = clock_state(device)
                 ((samples, reason),) = run_samples([sampler], rule)
                 span = (t_start, time.time())
-        clocks = _clocks(warm[0], device.clock_state())
+        clocks = clock_record(warm[0], clock_state(device))
         m = Measurement(
             label=label,
             mode=ws.mode,
@@ -277,14 +279,28 @@ def measure(
     return m
 
 
-def _clocks(before: ClockState | None, after: ClockState | None) -> dict[str, Any] | None:
-    """The clock record of a measurement from the states before and after sampling (None: unknown)."""
+def clock_state(device: Device) -> ClockState | None:
+    """The GPU's clock and slowdowns now: NVML's where it answers, else on an integrated GPU (a Jetson, which
+    has no NVML) the devfreq clock and throttle state (:func:`~pytest_jetmem.machine.jetson.gpu_clock_state`)."""
+    state = device.clock_state()
+    if state is None and device.info.integrated:
+        state = gpu_clock_state(sysroot())
+    return state
+
+
+def clock_record(before: ClockState | None, after: ClockState | None) -> dict[str, Any] | None:
+    """The clock record of a measurement from the states before and after sampling (None: unknown).
+
+    Event counters (a Jetson's over-current events) that rose while sampling count as slowdowns.
+    """
     if before is None or after is None:
         return None
+    earlier = dict(before.counters)
+    events = [f"{name} events +{n - earlier[name]}" for name, n in after.counters if n > earlier.get(name, n)]
     return {
         "sm_mhz": [before.sm_mhz, after.sm_mhz],
         "sm_max_mhz": after.sm_max_mhz,
-        "slowdowns": sorted(set(before.slowdowns) | set(after.slowdowns)),
+        "slowdowns": sorted(set(before.slowdowns) | set(after.slowdowns) | set(events)),
     }
 
 
@@ -306,7 +322,7 @@ def _in_turns(
             state["first"] = sampler.first()
             for _ in range(warmup):
                 sampler.sample()
-            warm[0] = ws.session.device.clock_state()
+            warm[0] = clock_state(ws.session.device)
         state["t0"] = time.perf_counter()
 
     def batch() -> bool:

@@ -19,7 +19,7 @@ import pytest
 
 from pytest_jetmem.errors import BaselineError, BaselineNotFound
 from pytest_jetmem.handle import Jetmem
-from pytest_jetmem.machine.jetson import for_device, read_jetson_state, timing_warnings
+from pytest_jetmem.machine.jetson import for_device, read_jetson_state, sysroot, timing_warnings
 from pytest_jetmem.measure.baseline import WINDOW_SESSIONS, BaselineStore, Entry, entry_key
 from pytest_jetmem.measure.benchjson import benchmark_json, write_benchmark_json
 from pytest_jetmem.measure.compare import Comparison, Verdict, compare_sessions
@@ -33,7 +33,6 @@ from pytest_jetmem.plugin.sessions import (
     device_session,
     gate_session,
     set_gate_session,
-    sysroot,
 )
 
 MARKER = markers.RUNTIME

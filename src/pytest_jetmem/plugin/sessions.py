@@ -7,7 +7,6 @@ measurements, the machine record) belongs to the ``memmode_runtime`` half and is
 
 from __future__ import annotations
 
-import os
 import uuid
 import warnings
 from dataclasses import dataclass, field
@@ -99,11 +98,6 @@ def device_session(config: pytest.Config) -> DeviceSession:
     if session is None:
         session = config.stash[_DEVICE] = DeviceSession.from_config(config)
     return session
-
-
-def sysroot() -> str:
-    """Where the Jetson files are read from: ``/``, or ``$JETMEM_SYSROOT`` (recorded trees in tests)."""
-    return os.environ.get("JETMEM_SYSROOT") or "/"
 
 
 @dataclass
