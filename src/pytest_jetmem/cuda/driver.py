@@ -483,8 +483,8 @@ def load_nvrtc(bindings_major: int, env: dict[str, str] | None = None) -> NvrtcL
         wheel_error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
     else:
         return NvrtcLibrary(str(loaded.abs_path or "(already loaded)"), str(getattr(loaded, "found_via", "?")))
-    majors = sorted({bindings_major, 13, 12}, key=lambda m: m != bindings_major)
-    sonames = [f"libnvrtc.so.{m}" for m in majors if m]
+    majors = [bindings_major] if bindings_major else [13, 12]  # cuda-bindings N uses NVRTC N only
+    sonames = [f"libnvrtc.so.{m}" for m in majors]
     arch = os.uname().machine
     libdirs = ("lib64", "lib", f"targets/{arch}-linux/lib", "targets/sbsa-linux/lib")
     tried: list[str] = []
