@@ -2,11 +2,11 @@
 ``kernels.conv2d`` helper, CuPy's ``RawKernel`` (where CuPy is installed) and a bare ``cuLaunchKernel`` through
 cuda-bindings (the floor), all on jetmem's stream, all launching kernels that do nothing measurable.
 
-Each figure is the host wall time of ``--launches`` launches in a row divided by their number (the median of
-``--repeats`` such batches), with a synchronisation between batches so the queue never fills. Run on the GPU
-machine::
+Each figure is the host wall time of ``--launches`` launches in a row divided by their number, the median over
+``--repeats`` rounds; a round times one batch of every candidate in turn (see :func:`per_launch_us`), with a
+synchronisation between batches so the queue never fills. Run on the GPU machine::
 
-    python benchmarks/bench_launch.py [--launches 3000] [--repeats 7] [--json results.json]
+    python benchmarks/bench_launch.py [--launches 3000] [--repeats 15] [--json results.json]
 """
 
 from __future__ import annotations

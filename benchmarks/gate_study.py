@@ -185,13 +185,15 @@ def group_of(key_or_mode: str) -> str:
     return "zero_copy" if "zero_copy" in key_or_mode else "device, managed"
 
 
+def studied_integrated(data: dict[str, Any]) -> bool:
+    """Whether a study ran on an integrated GPU (its data says so; the studies so far ran on an H100)."""
+    return bool(data.get("integrated", False))
+
+
 def plugin_verdict(key: str, cmp: Comparison, data: dict[str, Any]) -> Verdict:
-    """The verdict the plugin gives today: zero_copy over PCIe (the studies so far ran on an H100) is ambiguous
-    past the threshold (:func:`pytest_jetmem.plugin.runtime.over_pcie`); runs stored before that rule are
-    re-judged by it."""
-    if group_of(key) == "zero_copy" and not data.get("integrated", False):
-        cmp = over_pcie(cmp)
-    return cmp.verdict
+    """The verdict the plugin gives today, with :func:`pytest_jetmem.plugin.runtime.over_pcie` applied (runs
+    stored before that rule are re-judged by it)."""
+    return over_pcie(cmp, group_of(key), studied_integrated(data)).verdict
 
 
 def judge_stored(data: dict[str, Any], rng: random.Random) -> dict[str, Any]:
@@ -275,10 +277,11 @@ def phase_against(
 GROUPS = {"device, managed": ("device", "managed"), "zero_copy": ("zero_copy",)}
 
 
-def rejudged(row: dict[str, Any], threshold_pct: float, over_pcie: bool = False) -> str:
+def rejudged(row: dict[str, Any], threshold_pct: float, pcie: bool = False) -> str:
     """The plugin's paired verdict at another threshold, from the row's 99% interval (the t-test's p < 0.01 is
     the interval excluding 1): regression past the threshold with the interval above 1, and so on. With
-    ``over_pcie`` (zero_copy on a discrete GPU) a shift past the threshold is ambiguous, as the plugin says."""
+    ``pcie`` (zero_copy on a discrete GPU: :func:`over_pcie`) a shift past the threshold is ambiguous, as the
+    plugin says."""
     ci = row.get("baseline_ci")
     change = row.get("baseline_change_pct")
     if not ci or change is None:
@@ -286,9 +289,9 @@ def rejudged(row: dict[str, Any], threshold_pct: float, over_pcie: bool = False)
     up = 1.0 + threshold_pct / 100.0
     ratio = 1.0 + change / 100.0
     if ratio > up:
-        return "regression" if ci[0] > 1.0 and not over_pcie else "ambiguous"
+        return "regression" if ci[0] > 1.0 and not pcie else "ambiguous"
     if ratio < 1.0 / up:
-        return "improvement" if ci[1] < 1.0 and not over_pcie else "ambiguous"
+        return "improvement" if ci[1] < 1.0 and not pcie else "ambiguous"
     return "unchanged"
 
 
@@ -298,7 +301,7 @@ def judge_against_by_group(data: dict[str, Any], thresholds: tuple[float, ...] =
     for t in thresholds:
         for group, modes in GROUPS.items():
             aa = [r for run in data["runs"]["0"] for r in run if r["mode"] in modes]
-            pcie = group == "zero_copy" and not data.get("integrated", False)  # the studies so far: H100 (PCIe)
+            pcie = group == "zero_copy" and not studied_integrated(data)
             verdicts = [rejudged(r, t, pcie) for r in aa]
             res: dict[str, Any] = {
                 "aa": [verdicts.count("regression"), len(verdicts)],
@@ -318,7 +321,7 @@ def judge_against_by_group(data: dict[str, Any], thresholds: tuple[float, ...] =
 def judge_against(data: dict[str, Any]) -> dict[str, Any]:
     def verdict(r: dict[str, Any]) -> str | None:
         v = r.get("baseline")
-        if v in ("regression", "improvement") and group_of(r["mode"]) == "zero_copy" and not data.get("integrated"):
+        if v in ("regression", "improvement") and group_of(r["mode"]) == "zero_copy" and not studied_integrated(data):
             return "ambiguous"  # a run from before the PCIe rule, re-judged by it (see plugin_verdict)
         return v
 

@@ -43,5 +43,5 @@ fi
 # At most 8 files come back from a device call: everything in one archive, the study's summary beside it.
 cp "$OUT/gate/gate_study.md" "$OUT/gate_study.md" 2>/dev/null
 tar czf /tmp/jetmem-results.tgz -C "$OUT" . && mv /tmp/jetmem-results.tgz "$OUT/results.tgz"
-find "$OUT" -mindepth 1 -not -name results.tgz -not -name gate_study.md -delete
+find "$OUT" -mindepth 1 -maxdepth 1 -not -name results.tgz -not -name gate_study.md -exec rm -rf {} +
 echo "total $(( $(date +%s) - start ))s"

@@ -272,8 +272,7 @@ def judge(item: pytest.Function, parent: AgainstParent, change: dict[str, Any], 
             row["base_samples"] = other.get("samples")
             cmp = compare_paired(other["run_rounds"], row["run_rounds"], gate.fail_pct if gate else 5.0)
             cmp = at_other_clocks(cmp, clock_mhz(other.get("clocks")), clock_mhz(row.get("clocks")), then="the base")
-            if row["mode"] == "zero_copy" and change.get("integrated") is False:
-                cmp = over_pcie(cmp)
+            cmp = over_pcie(cmp, row["mode"], change.get("integrated"))
             if other.get("throttled") and not row.get("throttled"):
                 row["throttled"] = other["throttled"]  # either side throttled: the pair is not comparable
             judged = spec is not None and spec.baseline and outcome == "passed"

@@ -362,8 +362,7 @@ def _judge(item: pytest.Function, handle: Jetmem, spec: RuntimeSpec | None) -> l
                 else:
                     cmp = compare_sessions(entry.sessions(), m.runs or [m.samples], state.fail_pct)
                     cmp = at_other_clocks(cmp, entry.sm_mhz, clock_mhz(m.clocks))
-                    if m.mode == "zero_copy" and not handle.device.integrated:
-                        cmp = over_pcie(cmp)
+                    cmp = over_pcie(cmp, m.mode, handle.device.integrated)
                     failure = apply_comparison(item, state, row, cmp, judged=is_judged and spec.baseline)
                     if failure:
                         failures.append(failure)
@@ -393,8 +392,9 @@ def at_other_clocks(
     return replace(cmp, reason="; ".join(filter(None, (cmp.reason, why))))
 
 
-def over_pcie(cmp: Comparison) -> Comparison:
-    """A zero-copy call on a discrete GPU, said to be ambiguous: it is reported with its figures, not judged.
+def over_pcie(cmp: Comparison, mode: str, integrated: bool | None) -> Comparison:
+    """``cmp``, said to be ambiguous where it is a zero-copy call on a discrete GPU (``integrated`` False; None:
+    not known, judged as usual): it is reported with its figures, not judged.
 
     Each process's pinned host memory lands on its own physical pages, and reading it over PCIe moves by far more
     than a gate's threshold from one process to the next: on an H100, 24 sessions of the same code spread by up to
@@ -403,6 +403,8 @@ def over_pcie(cmp: Comparison) -> Comparison:
     pages, so no number of rounds or runs in one pair of processes measures that spread either. On an integrated
     GPU (a Jetson) there is no PCIe: zero-copy is judged as usual.
     """
+    if mode != "zero_copy" or integrated is not False:
+        return cmp
     return cmp.ambiguous_call(
         "zero-copy memory over PCIe: where each process's pinned host memory lands moves its speed by several "
         "percent from one process to the next, more than a baseline or a pair of processes can tell from a "
