@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import sys
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,30 @@ from pytest_jetmem.cuda import driver  # noqa: E402
 # goes through assertion rewriting). Imported once here, it survives the runs.
 with contextlib.suppress(ImportError):
     importlib.import_module("hypothesis.internal.observability")
+
+
+@pytest.fixture
+def pytester(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
+    """``pytester`` whose in-process runs start from the warning filters a user's pytest starts from.
+
+    This suite turns every warning into an error (``filterwarnings = error`` in pyproject.toml), and an inner
+    run in this process would inherit that: the warnings the plugin gives a user on purpose (a baseline from
+    another machine, a coherence check with nothing to check) would fail the inner test instead of being counted
+    in its summary. Inside an inner run our ``error`` filters are dropped; the inner run applies its own.
+    """
+    inline_run = pytester.inline_run
+
+    def run(*args: Any, **kwargs: Any) -> Any:
+        with warnings.catch_warnings():
+            kept = [f for f in warnings.filters if f[0] != "error"]
+            warnings.resetwarnings()
+            for action, message, category, module, lineno in reversed(kept):
+                pattern, where = getattr(message, "pattern", message), getattr(module, "pattern", module)
+                warnings.filterwarnings(action, pattern or "", category, where or "", lineno)
+            return inline_run(*args, **kwargs)
+
+    monkeypatch.setattr(pytester, "inline_run", run)
+    return pytester
 
 
 @pytest.fixture

@@ -41,7 +41,7 @@ import numpy as np
 
 from pytest_jetmem.measure.compare import Comparison, Verdict, compare_sessions
 from pytest_jetmem.measure.stats import mann_whitney_p
-from pytest_jetmem.plugin.runtime import over_pcie
+from pytest_jetmem.plugin.judging import over_pcie
 
 PCTS = (2.0, 3.0, 5.0, 10.0)
 THRESHOLD = 5.0
@@ -191,7 +191,7 @@ def studied_integrated(data: dict[str, Any]) -> bool:
 
 
 def plugin_verdict(key: str, cmp: Comparison, data: dict[str, Any]) -> Verdict:
-    """The verdict the plugin gives today, with :func:`pytest_jetmem.plugin.runtime.over_pcie` applied (runs
+    """The verdict the plugin gives today, with :func:`pytest_jetmem.plugin.judging.over_pcie` applied (runs
     stored before that rule are re-judged by it)."""
     return over_pcie(cmp, group_of(key), studied_integrated(data)).verdict
 

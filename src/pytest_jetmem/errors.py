@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 
 class JetmemError(Exception):
@@ -24,7 +25,7 @@ class CudaError(JetmemError):
         self.name = name
         self.code = code
         self.detail = detail
-        msg = f"{call} failed: {name} ({code})"
+        msg = f"{call} failed: {name}" + ("" if name.endswith(f" error {code}") else f" ({code})")  # "CUDA error 12345"
         if detail:
             msg += f": {detail}"
         super().__init__(msg)
@@ -113,3 +114,13 @@ class BaselineNotFound(BaselineError):
 
 class DuetError(JetmemError):
     """The other side of ``--jetmem-against`` stopped answering, or spoke out of turn."""
+
+
+#: The errors pytest-jetmem raises for the user's own mistakes (a kernel that does not compile, a bad argument).
+USER_ERRORS = (JetmemError, ValueError, TypeError, KeyError)
+
+
+def hide_for_user_errors(excinfo: Any) -> bool:
+    """A ``__tracebackhide__`` value for library frames between a user's call and the raise: pytest then shows
+    the message and the user's own frames for :data:`USER_ERRORS`, and every frame for anything else (a bug)."""
+    return excinfo is not None and bool(excinfo.errisinstance(USER_ERRORS))

@@ -116,7 +116,8 @@ def test_machine_finds_the_planted_bug_with_a_short_sequence(
         assert jm.live_buffers() == []
     steps = _steps(exc.value)
     assert 2 <= len(steps) <= 3, exc.value.__notes__
-    assert steps[0].startswith("buffers_0 = state.first_buffer(")
+    # hypothesis names the bundle value: ``buffers_0`` in newer releases, ``v1`` in older ones (6.85)
+    assert re.match(r"(buffers_0|v1) = state\.first_buffer\(", steps[0]), steps
     assert f"[{mode}]: the CPU read" in str(exc.value)
     assert "first differing index" in str(exc.value) and "expected 0x" in str(exc.value)
 

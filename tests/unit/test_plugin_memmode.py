@@ -106,7 +106,8 @@ def test_module_level_marker(pytester: pytest.Pytester, fake_driver: FakeDriver)
     pytester.inline_run().assertoutcome(passed=4)
 
 
-def test_subsets_keep_order_and_collapse_duplicates(pytester: pytest.Pytester, fake_driver: FakeDriver) -> None:
+def test_subsets_keep_order(pytester: pytest.Pytester, fake_driver: FakeDriver) -> None:
+    """A repeated mode is a collection error (tests/unit/test_first_hour_silent.py), no longer collapsed."""
     pytester.makepyfile(
         """
         import pytest
@@ -115,11 +116,11 @@ def test_subsets_keep_order_and_collapse_duplicates(pytester: pytest.Pytester, f
         def test_pair(memmode):
             pass
 
-        @pytest.mark.memmode("managed", "device", "managed", "device")
-        def test_dupes(memmode):
+        @pytest.mark.memmode("managed", "device")
+        def test_reversed(memmode):
             pass
 
-        @pytest.mark.memmode(["zero_copy", "zero_copy"])
+        @pytest.mark.memmode(["zero_copy"])
         def test_list(memmode):
             pass
 
@@ -131,8 +132,8 @@ def test_subsets_keep_order_and_collapse_duplicates(pytester: pytest.Pytester, f
     assert collected_names(pytester) == [
         "test_pair[device]",
         "test_pair[managed]",
-        "test_dupes[managed]",
-        "test_dupes[device]",
+        "test_reversed[managed]",
+        "test_reversed[device]",
         "test_list[zero_copy]",
         "test_empty_call[device]",
         "test_empty_call[managed]",

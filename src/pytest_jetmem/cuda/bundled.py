@@ -7,10 +7,17 @@ user-facing :mod:`pytest_jetmem.kernels` re-exports :func:`sources` and :func:`n
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Iterator
 from functools import cache
 from importlib import resources
-from importlib.abc import Traversable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # importlib.abc.Traversable warns (DeprecationWarning) from Python 3.13 on
+    if sys.version_info >= (3, 11):
+        from importlib.resources.abc import Traversable
+    else:
+        from importlib.abc import Traversable
 
 _KERNEL = re.compile(r'extern\s+"C"\s+__global__\s+void\s+(\w+)\s*\(')
 

@@ -20,11 +20,13 @@ from typing import Any
 
 from pytest_jetmem.atomic import write_atomic
 from pytest_jetmem.cuda import driver
-from pytest_jetmem.errors import CompileError
+from pytest_jetmem.errors import CompileError, hide_for_user_errors
 
 CACHE_FORMAT = 2
 _INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*([<"])([^>"\n]+)[>"]', re.M)
 _MISSING_HEADER = re.compile(r'(?:could not|cannot) open source file "([^"]+)"')
+#: What NVRTC's log says when it does not compile for the architecture asked for (NVRTC 12 and 13).
+_ARCH_REJECTED = "invalid value for --gpu-architecture"
 #: ``options`` of :func:`compile_kernel`: one string (split like a shell does) or a sequence of strings.
 Options = str | Sequence[str]
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -203,6 +205,7 @@ def compile_kernel(
     :func:`~pytest_jetmem.cuda.driver.find_cuda_headers`). A header found nowhere is a
     :class:`CompileError` that says where it was looked for.
     """
+    __tracebackhide__ = hide_for_user_errors  # pytest shows the message and the caller's frames
     if not re.fullmatch(r"sm_\d+[a-z]?", arch):
         raise ValueError(f"arch: expected 'sm_XY', got {arch!r}")
     opts = normalize_options(options)
@@ -231,11 +234,8 @@ def compile_kernel(
         cubin, log, lowered = drv.nvrtc_compile(source, filename, full_options, (name,))
     except CompileError as exc:
         message = f"kernel {name!r} failed to compile for {arch}: {exc}"
-        if "--gpu-architecture" in str(exc) and version >= (13, 0):  # NVRTC 13 dropped sm_5x-sm_72 (Xavier)
-            message += (
-                f"\nNVRTC {version[0]}.{version[1]} does not compile for {arch}; "
-                "CUDA 12's NVRTC does: install pytest-jetmem[cu12]"
-            )
+        if _ARCH_REJECTED in str(exc):
+            message += "\n" + _arch_help(arch, version, drv)
         missing = _MISSING_HEADER.findall(str(exc))
         if missing:
             message += "\n" + _header_help(missing, user_dirs, search)
@@ -244,6 +244,22 @@ def compile_kernel(
     if cache is not None:
         cache.put(key, cubin, {"symbol": symbol, "log": log, "name": name, "arch": arch})
     return CompiledKernel(name, symbol, arch, opts, version, cubin, log, key, False, all_dirs)
+
+
+def _arch_help(arch: str, version: tuple[int, int], drv: Any) -> str:
+    """Why NVRTC rejected ``arch`` (the log said so): the architectures it compiles for, and for one that NVRTC 13
+    dropped (sm_50 to sm_72: Xavier), that CUDA 12's NVRTC compiles it."""
+    try:
+        known = ", ".join(f"sm_{a}" for a in drv.nvrtc_supported_archs())
+    except Exception:  # a backend that cannot list them
+        known = ""
+    text = f"NVRTC {version[0]}.{version[1]} does not compile for {arch}" + (
+        f"; it compiles for {known}" if known else ""
+    )
+    number = int(re.sub(r"\D", "", arch))
+    if version >= (13, 0) and 50 <= number <= 72:
+        text += "; CUDA 12's NVRTC does: install pytest-jetmem[cu12]"
+    return text
 
 
 def _header_help(missing: list[str], user_dirs: tuple[str, ...], search: driver.HeaderSearch) -> str:

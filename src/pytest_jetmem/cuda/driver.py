@@ -11,8 +11,10 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import functools
+import glob
 import hashlib
 import os
+import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,7 +68,7 @@ def _import_bindings() -> tuple[Any, Any]:
 
 #: NVML clock-event reasons that mean the GPU is held below the clock it was asked for (nvmlClocksEventReasons).
 #: The software power cap is left out: a heavy kernel runs at it in its steady state; the clocks it costs are
-#: compared as clocks (:func:`pytest_jetmem.plugin.runtime.at_other_clocks`).
+#: compared as clocks (:func:`pytest_jetmem.plugin.judging.at_other_clocks`).
 SLOWDOWN_REASONS = {
     0x8: "HW slowdown",
     0x20: "SW thermal slowdown",
@@ -101,6 +103,7 @@ class CudaDriver:
         self._nvml: Any = None  # cuda.bindings.nvml once initialised; False where it cannot be used
         self._nvml_handles: dict[str, Any] = {}
         self._nvrtc_library: NvrtcLibrary | CudaUnavailable | None = None
+        self._nvrtc_ready = False  # the bindings loaded libnvrtc (see _nvrtc_module)
 
     # -- result checking ---------------------------------------------------------------------------
     def _check(self, call: str, result: Any) -> Any:
@@ -109,27 +112,38 @@ class CudaDriver:
             result = (result,)
         err, values = result[0], result[1:]
         if int(err) != 0:
-            raise CudaError(call, _enum_name(err), int(err))
+            raise CudaError(call, error_name(err), int(err))
         if not values:
             return None
         return values[0] if len(values) == 1 else values
 
     def _call(self, name: str, *args: Any) -> Any:
-        return self._check(name, getattr(self._cu, name)(*args))
+        try:
+            result = getattr(self._cu, name)(*args)
+        except ValueError as exc:  # the bindings could not turn the returned code into a CUresult
+            code = unnamed_code(exc)
+            if code is None:
+                raise
+            raise CudaError(name, error_name(code), code) from None
+        return self._check(name, result)
 
     # -- initialisation and devices ----------------------------------------------------------------
     def init(self) -> None:
         """cuInit; raise :class:`CudaUnavailable` when there is no driver or no device."""
         try:
-            result = self._cu.cuInit(0)
+            err: Any = self._cu.cuInit(0)[0]
+        except ValueError as exc:  # a code the bindings have no CUresult for (35 in cuda-bindings 13)
+            err = unnamed_code(exc)
+            if err is None:
+                raise CudaUnavailable(f"no usable CUDA driver: cuInit failed ({exc})") from exc
         except Exception as exc:  # the bindings raise when libcuda cannot be loaded
             raise CudaUnavailable(f"no CUDA driver: libcuda could not be loaded ({exc})") from exc
-        err = result[0]
         if int(err) != 0:
-            name = _enum_name(err)
+            name = error_name(err)
             if name in ("CUDA_ERROR_NO_DEVICE", "CUDA_ERROR_INVALID_DEVICE"):
-                raise CudaUnavailable(f"no CUDA device: cuInit returned {name}")
-            raise CudaUnavailable(f"no usable CUDA driver: cuInit returned {name}")
+                raise CudaUnavailable(f"no CUDA device: cuInit returned {describe_error(err)}")
+            hint = _CUINIT_HINTS.get(name, "")
+            raise CudaUnavailable(f"no usable CUDA driver: cuInit returned {describe_error(err)}{hint}")
         if self.device_count() == 0:
             raise CudaUnavailable("no CUDA device: cuDeviceGetCount returned 0")
 
@@ -288,9 +302,9 @@ class CudaDriver:
         err = self._cu.cuStreamQuery(stream)[0]
         if int(err) == 0:
             return True
-        if _enum_name(err) == "CUDA_ERROR_NOT_READY":
+        if error_name(err) == "CUDA_ERROR_NOT_READY":
             return False
-        raise CudaError("cuStreamQuery", _enum_name(err), int(err))
+        raise CudaError("cuStreamQuery", error_name(err), int(err))
 
     def stream_attach_mem_async(self, stream: Any, ptr: int, flags: int) -> None:
         self._call("cuStreamAttachMemAsync", stream, ptr, 0, flags)
@@ -346,23 +360,37 @@ class CudaDriver:
             raise self._nvrtc_library
         return self._nvrtc_library
 
-    def nvrtc_version(self) -> tuple[int, int]:
+    def _nvrtc_module(self) -> Any:
+        """``cuda.bindings.nvrtc`` with its library loaded; CudaUnavailable saying what is missing where NVRTC
+        cannot be loaded (every NVRTC entry point goes through here: the bindings' own loader raises
+        ``cuda.pathfinder`` errors)."""
+        if self._nvrtc_ready:
+            return self._nvrtc
         self.nvrtc_library()
         try:
-            result = self._nvrtc.nvrtcVersion()
-        except Exception as exc:  # libnvrtc could not be loaded
-            raise CudaUnavailable(f"NVRTC not found ({exc}); install the cu12 or cu13 extra") from exc
-        major, minor = self._check_nvrtc("nvrtcVersion", result)
+            self._nvrtc.nvrtcVersion()  # the bindings load libnvrtc at their first call
+        except Exception as exc:  # libnvrtc could not be loaded after all
+            self._nvrtc_library = CudaUnavailable(
+                f"NVRTC not found ({nvrtc_soname(self.bindings_major)}: {_first_line(exc)}): "
+                f"{nvrtc_install_hint(self.bindings_major)}"
+            )
+            raise self._nvrtc_library from exc
+        self._nvrtc_ready = True
+        return self._nvrtc
+
+    def nvrtc_version(self) -> tuple[int, int]:
+        major, minor = self._check_nvrtc("nvrtcVersion", self._nvrtc_module().nvrtcVersion())
         return int(major), int(minor)
 
     def nvrtc_supported_archs(self) -> list[int]:
-        return [int(a) for a in self._check_nvrtc("nvrtcGetSupportedArchs", self._nvrtc.nvrtcGetSupportedArchs())]
+        archs = self._check_nvrtc("nvrtcGetSupportedArchs", self._nvrtc_module().nvrtcGetSupportedArchs())
+        return [int(a) for a in archs]
 
     def nvrtc_compile(
         self, source: str, filename: str, options: Sequence[str], name_expressions: Sequence[str] = ()
     ) -> tuple[bytes, str, dict[str, str]]:
         """Compile to a CUBIN; return (cubin, log, lowered names). A failure raises CompileError."""
-        nv = self._nvrtc
+        nv = self._nvrtc_module()
         prog = self._check_nvrtc(
             "nvrtcCreateProgram", nv.nvrtcCreateProgram(source.encode(), filename.encode(), 0, [], [])
         )
@@ -373,7 +401,9 @@ class CudaDriver:
             err = nv.nvrtcCompileProgram(prog, len(opts), opts)[0]
             log = self._nvrtc_log(prog)
             if int(err) != 0:
-                raise CompileError(f"NVRTC {_enum_name(err)} compiling {filename} with {list(options)}:\n{log}")
+                raise CompileError(
+                    f"NVRTC {error_name(err, 'NVRTC')} compiling {filename} with {list(options)}:\n{log}"
+                )
             size = self._check_nvrtc("nvrtcGetCUBINSize", nv.nvrtcGetCUBINSize(prog))
             cubin = b" " * size
             self._check_nvrtc("nvrtcGetCUBIN", nv.nvrtcGetCUBIN(prog, cubin))
@@ -394,7 +424,7 @@ class CudaDriver:
     def _check_nvrtc(self, call: str, result: Any) -> Any:
         err, values = result[0], result[1:]
         if int(err) != 0:
-            raise CudaError(call, _enum_name(err), int(err))
+            raise CudaError(call, error_name(err, "NVRTC"), int(err))
         if not values:
             return None
         return values[0] if len(values) == 1 else values
@@ -488,25 +518,59 @@ def load_nvrtc(bindings_major: int, env: dict[str, str] | None = None) -> NvrtcL
     arch = os.uname().machine
     libdirs = ("lib64", "lib", f"targets/{arch}-linux/lib", "targets/sbsa-linux/lib")
     tried: list[str] = []
+    found_one = not wheel_error.startswith("DynamicLibNotFoundError")  # a library found that did not load
     for via, root in _toolkit_roots(env.get("CUDA_HOME", ""), env.get("CUDA_PATH", "")):
         if not root:
+            tried.append(f"{via}: not set")
             continue
         for libdir in libdirs:
             for soname in sonames:
                 candidate = os.path.join(root, libdir, soname)
                 if not os.path.isfile(candidate):
                     continue
+                found_one = True
                 try:
                     ctypes.CDLL(candidate, mode=os.RTLD_GLOBAL)
+                    _preload_builtins(os.path.dirname(candidate))
                 except OSError as exc:
                     tried.append(f"{candidate}: {exc}")
                     continue
                 return NvrtcLibrary(candidate, f"{via}, after the wheel's failed", wheel_error)
         tried.append(f"{via}: no {' or '.join(sonames)} under {root}/{{{','.join(libdirs)}}}")
+    hint = nvrtc_install_hint(bindings_major)
+    if not found_one:  # nowhere a library: what a pip install without the cu12/cu13 extra leaves
+        raise CudaUnavailable(
+            f"NVRTC not found ({' or '.join(sonames)}): {hint}; looked in: the NVRTC wheel, conda and the system "
+            f"loader (cuda.pathfinder), {'; '.join(tried)}"
+        )
     raise CudaUnavailable(
-        f"NVRTC could not be loaded ({wheel_error}); also tried: {'; '.join(tried) or 'no CUDA toolkit'}. "
-        "Install the cu12 or cu13 extra, or point CUDA_HOME at a CUDA toolkit"
+        f"NVRTC could not be loaded ({wheel_error}); also tried: {'; '.join(tried)}. {hint[0].upper()}{hint[1:]}"
     )
+
+
+def nvrtc_soname(bindings_major: int) -> str:
+    """The NVRTC library cuda-bindings ``bindings_major`` loads (``libnvrtc.so.13``; either where unknown)."""
+    return f"libnvrtc.so.{bindings_major}" if bindings_major else "libnvrtc.so.13 or libnvrtc.so.12"
+
+
+def nvrtc_install_hint(bindings_major: int) -> str:
+    """How to get the NVRTC of cuda-bindings ``bindings_major``: the matching extra, or a CUDA toolkit."""
+    if bindings_major == 12:
+        extras = "pytest-jetmem[cu12] (or pytest-jetmem[cu13] for CUDA 13)"
+    else:
+        extras = "pytest-jetmem[cu13] (or pytest-jetmem[cu12] on JetPack 6)"
+    return f"install {extras}, or point CUDA_HOME at a CUDA toolkit"
+
+
+def _preload_builtins(libdir: str) -> None:
+    """Load the ``libnvrtc-builtins.so.*`` beside a toolkit's NVRTC, process-wide.
+
+    NVRTC opens its builtins library by soname at the first compile. Some NVRTC releases (13.0.48) carry no
+    ``$ORIGIN`` run path, so a toolkit outside the loader's search path (a ``CUDA_HOME`` not in ``ld.so.conf``)
+    fails there with "failed to open libnvrtc-builtins.so.13.0"; loaded first, the soname is already there.
+    """
+    for path in sorted(glob.glob(os.path.join(libdir, "libnvrtc-builtins.so.*"))):
+        ctypes.CDLL(path, mode=os.RTLD_GLOBAL)
 
 
 def find_cuda_headers(env: dict[str, str] | None = None) -> HeaderSearch:
@@ -568,10 +632,59 @@ def _find_cuda_headers(cuda_home: str, cuda_path: str) -> HeaderSearch:
     return HeaderSearch(tuple(dirs), tuple(looked))
 
 
-def _enum_name(err: Any) -> str:
-    """The symbolic name of a CUresult/nvrtcResult, without a driver call (works with no GPU)."""
+#: Names of codes some cuda-bindings release has no enum member for (a driver may still return them): cuInit
+#: returns 35 where the driver is older than the CUDA it is asked for; cuda-bindings 13 does not know 35.
+_EXTRA_CUDA_NAMES = {35: "CUDA_ERROR_INSUFFICIENT_DRIVER"}
+# What to do about a failing cuInit, by error name (appended to the reason GPU tests skip with).
+_CUINIT_HINTS = {
+    "CUDA_ERROR_INSUFFICIENT_DRIVER": (
+        ": the NVIDIA driver is older than this CUDA; update the driver, or on a CUDA 12 driver (JetPack 6) "
+        "install pytest-jetmem[cu12]"
+    ),
+    "CUDA_ERROR_STUB_LIBRARY": ": the libcuda.so found is the CUDA toolkit's stub, not the NVIDIA driver's",
+}
+_UNNAMED = re.compile(r"^(-?\d+) is not a valid (CUresult|nvrtcResult)$")
+
+
+def error_name(err: Any, api: str = "CUDA") -> str:
+    """The symbolic name of a CUresult (``api="NVRTC"``: nvrtcResult) or of its code, without a driver call.
+
+    Codes the installed bindings cannot name come from :data:`_EXTRA_CUDA_NAMES`; an unknown code reads
+    ``CUDA error 12345`` (never a ValueError).
+    """
     name = getattr(err, "name", None)
-    return str(name) if name else f"error {int(err)}"
+    if name:
+        return str(name)
+    code = int(err)
+    if api == "CUDA":
+        with contextlib.suppress(Exception):
+            cu, _ = _import_bindings()
+            return str(cu.CUresult(code).name)
+        if code in _EXTRA_CUDA_NAMES:
+            return _EXTRA_CUDA_NAMES[code]
+    else:
+        with contextlib.suppress(Exception):
+            _, nv = _import_bindings()
+            return str(nv.nvrtcResult(code).name)
+    return f"{api} error {code}"
+
+
+def describe_error(err: Any, api: str = "CUDA") -> str:
+    """``CUDA_ERROR_NO_DEVICE (100)`` for a code with a name, ``CUDA error 12345`` for one without."""
+    name = error_name(err, api)
+    return name if name == f"{api} error {int(err)}" else f"{name} ({int(err)})"
+
+
+def unnamed_code(exc: BaseException) -> int | None:
+    """The code in the bindings' ``ValueError: 35 is not a valid CUresult`` (raised for a code their enum lacks),
+    or None for any other error."""
+    match = _UNNAMED.match(str(exc))
+    return int(match.group(1)) if match else None
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__
 
 
 _backend: Any = None

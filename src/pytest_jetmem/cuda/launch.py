@@ -8,7 +8,7 @@ import re
 import struct
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
@@ -60,10 +60,16 @@ _TYPE_WORDS = {w for k in C_TYPES for w in k.split()} | {"void"}
 
 @dataclass(frozen=True)
 class Param:
-    """One kernel parameter: its name and a numpy dtype, ``POINTER``, or None when unknown."""
+    """One kernel parameter: its name and a numpy dtype, ``POINTER``, or None when unknown; ``ctype``: its C
+    type as declared, template arguments substituted (``const float*``; "" where not read from a source)."""
 
     name: str
     kind: np.dtype | str | None
+    ctype: str = field(default="", compare=False)  # what the kernel expects; equal parameters pass alike
+
+    def declared(self) -> str:
+        """``const float* x`` (the parameter as declared), or its name where the type was not read."""
+        return f"{self.ctype} {self.name}" if self.ctype else self.name
 
     def describe(self) -> str:
         if self.kind is None:
@@ -115,8 +121,16 @@ def parse_signature(source: str, name: str) -> list[Param] | None:
         pname = tokens[-1] if named else f"arg{i}"
         base_type = " ".join(tokens[:-1] if named else tokens)
         kind: np.dtype | str | None = POINTER if pointer else (None if templated else C_TYPES.get(base_type))
-        params.append(Param(pname, kind))
+        params.append(Param(pname, kind, _ctype(text, pname if named else "")))
     return params
+
+
+def _ctype(text: str, pname: str) -> str:
+    """A parameter's declaration ``text`` without its name, spaced as C is usually written (``const float*``)."""
+    if pname:
+        text = re.sub(rf"\b{re.escape(pname)}\s*$", "", text.strip())
+    text = re.sub(r"([*&])\s+(?=[*&])", r"\1", re.sub(r"\s+", " ", text))
+    return re.sub(r"\s*([*&]+)\s*", r"\1 ", text).strip()
 
 
 def _split_name(name: str) -> tuple[str | None, list[str] | None]:
@@ -220,13 +234,15 @@ def _pack_one(kernel_name: str, index: int, value: Any, param: Param | None) -> 
         if isinstance(kind, np.dtype) and value.dtype != kind:
             raise LaunchArgumentError(f"{where}: expected {kind}, got numpy {value.dtype} {value!r}")
         if kind == POINTER:
-            raise LaunchArgumentError(f"{where}: expected a pointer (a buffer), got numpy {value.dtype}")
+            raise LaunchArgumentError(_pointer_expected(where, param, f"numpy {value.dtype} {value}"))
         return np.array([value], dtype=value.dtype)
     if isinstance(value, (bool, int, float)):
         if kind == POINTER and isinstance(value, int) and not isinstance(value, bool):
             if not 0 <= value < 2**64:
                 raise LaunchArgumentError(f"{where}: {value} is out of range for a pointer")
             return np.array([value], dtype=np.uint64)  # a raw device address
+        if kind == POINTER:
+            raise LaunchArgumentError(_pointer_expected(where, param, f"{type(value).__name__} {value!r}"))
         if not isinstance(kind, np.dtype):
             raise LaunchArgumentError(
                 f"{where}: a plain Python {type(value).__name__} needs a declared parameter type; "
@@ -234,6 +250,15 @@ def _pack_one(kernel_name: str, index: int, value: Any, param: Param | None) -> 
             )
         return _typed(where, value, kind)
     raise LaunchArgumentError(f"{where}: cannot pass {type(value).__name__} {value!r} to a kernel")
+
+
+def _pointer_expected(where: str, param: Param | None, got: str) -> str:
+    """The error for a value that is no pointer passed for a pointer parameter: what a pointer can be."""
+    declared = f" for {param.declared()}" if param is not None else ""
+    return (
+        f"{where}: expected a pointer{declared}: a jetmem buffer, a device array (__cuda_array_interface__) "
+        f"or an int device pointer; got {got}"
+    )
 
 
 def _typed(where: str, value: bool | int | float, dtype: np.dtype) -> np.ndarray:

@@ -131,8 +131,12 @@ def get_mode(name: str) -> MemoryMode:
 
 
 def parse_mode_list(text: str, source: str) -> tuple[str, ...]:
-    """Parse ``device,managed`` (commas or spaces); ``source`` names the option in errors."""
-    names = tuple(dict.fromkeys(n for n in text.replace(",", " ").split() if n))
+    """Parse ``device,managed`` (commas or spaces); ``source`` names the option in errors.
+
+    Empty, unknown or repeated names are a ValueError naming ``source``, the value and what was expected.
+    """
+    given = [n for n in text.replace(",", " ").split() if n]
+    names = tuple(dict.fromkeys(given))
     if not names:
         raise ValueError(f"{source}: expected a list of memory modes ({', '.join(MODES)}), got {text!r}")
     bad = [n for n in names if n not in MODES]
@@ -140,6 +144,12 @@ def parse_mode_list(text: str, source: str) -> tuple[str, ...]:
         raise ValueError(
             f"{source}: unknown memory mode{'s' if len(bad) > 1 else ''} {', '.join(map(repr, bad))}; "
             f"expected one of {', '.join(MODES)}"
+        )
+    repeated = [n for n in names if given.count(n) > 1]
+    if repeated:
+        raise ValueError(
+            f"{source}: memory mode{'s' if len(repeated) > 1 else ''} {', '.join(map(repr, repeated))} given more "
+            f"than once in {text!r}; expected each mode at most once"
         )
     return names
 

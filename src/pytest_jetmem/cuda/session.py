@@ -27,7 +27,7 @@ from pytest_jetmem.cuda.compiler import (
 from pytest_jetmem.cuda.device import Device, open_device
 from pytest_jetmem.cuda.driver import MEMHOSTALLOC_DEVICEMAP, MEMHOSTALLOC_PORTABLE
 from pytest_jetmem.cuda.launch import Kernel, LaunchContext, parse_signature
-from pytest_jetmem.errors import CudaError, CudaUnavailable
+from pytest_jetmem.errors import CudaError, CudaUnavailable, hide_for_user_errors
 
 BLOCKER_KERNEL = "jetmem_block_stream"
 
@@ -80,18 +80,20 @@ class CudaSession:
         disk); returns the first architecture's, the one loaded. ``include_dirs`` are searched before the
         session's. A compile error for any architecture raises :class:`~pytest_jetmem.errors.CompileError`.
         """
+        __tracebackhide__ = hide_for_user_errors
         opts = (*self.compile_options, *normalize_options(options))
         dirs = tuple(dict.fromkeys((*normalize_include_dirs(include_dirs), *self.include_dirs)))
         if name != BLOCKER_KERNEL:
             self.compile_requests.append(name)
         key = (source, name, opts, dirs)
         if key not in self._compiled:
-            builds = [
-                compile_kernel(
-                    source, name, arch, opts, cache=self.cache, drv=self.drv, filename=filename, include_dirs=dirs
+            builds = []
+            for arch in self.archs:  # a loop, not a comprehension: its frame would show in tracebacks
+                builds.append(
+                    compile_kernel(
+                        source, name, arch, opts, cache=self.cache, drv=self.drv, filename=filename, include_dirs=dirs
+                    )
                 )
-                for arch in self.archs
-            ]
             self._compiled[key] = builds[0]
         return self._compiled[key]
 

@@ -31,7 +31,7 @@ from pytest_jetmem.cuda.modes import (
     integrated_allocatable_bytes,
 )
 from pytest_jetmem.cuda.session import CudaSession, open_session
-from pytest_jetmem.errors import AllocationRefused, CudaError, CudaUnavailable
+from pytest_jetmem.errors import AllocationRefused, CudaError, CudaUnavailable, hide_for_user_errors
 
 #: The kinds of GPU work a workspace reports to :meth:`WorkObserver.queued`.
 KERNEL, MEMSET, COPY = "kernel", "memset", "copy"
@@ -102,12 +102,17 @@ class Workspace:
     # -- allocation --------------------------------------------------------------------------------
     def empty(self, shape: int | Sequence[int], dtype: Any = np.float32, mode: str | None = None) -> Buffer:
         """An uninitialised buffer in this test's memory mode (or ``mode``)."""
+        return self._new(shape, dtype, mode, "empty")
+
+    def _new(self, shape: int | Sequence[int], dtype: Any, mode: str | None, what: str) -> Buffer:
+        """A new buffer; an error names ``jetmem.<what>``, the call the user made."""
+        __tracebackhide__ = hide_for_user_errors
         shp = (int(shape),) if isinstance(shape, (int, np.integer)) else tuple(int(s) for s in shape)
         if any(s < 0 for s in shp):
-            raise ValueError(f"{self.nodeid}: jetmem.empty: shape must be non-negative, got {shape!r}")
+            raise ValueError(f"{self.nodeid}: jetmem.{what}: shape must be non-negative, got {shape!r}")
         dt = np.dtype(dtype)
         if dt.hasobject or dt.itemsize == 0 or dt.kind in "USMm":  # objects, text, dates: no kernel reads them
-            raise TypeError(f"{self.nodeid}: jetmem.empty: dtype {dt} cannot live in GPU memory; use a numeric dtype")
+            raise TypeError(f"{self.nodeid}: jetmem.{what}: dtype {dt} cannot live in GPU memory; use a numeric dtype")
         memmode = get_mode(mode) if mode else self._mode
         nbytes = int(np.prod(shp)) * dt.itemsize
         alloc = self._allocate(memmode, nbytes)
@@ -120,18 +125,18 @@ class Workspace:
 
     def zeros(self, shape: int | Sequence[int], dtype: Any = np.float32, mode: str | None = None) -> Buffer:
         """A buffer set to zero bytes on the stream."""
-        buf = self.empty(shape, dtype, mode)
+        buf = self._new(shape, dtype, mode, "zeros")
         self.memset(buf, 0)
         return buf
 
     def array(self, data: Any, dtype: Any = None, mode: str | None = None) -> Buffer:
         """A buffer holding a copy of host ``data``."""
         src = np.asarray(data, dtype=dtype)
-        return self.empty(src.shape, src.dtype, mode).copy_from(src)
+        return self._new(src.shape, src.dtype, mode, "array").copy_from(src)
 
     def empty_like(self, other: Any, dtype: Any = None, mode: str | None = None) -> Buffer:
         """A buffer of the shape and dtype of a buffer or array (in this test's mode, unless ``mode``)."""
-        return self.empty(tuple(other.shape), dtype or other.dtype, mode)
+        return self._new(tuple(other.shape), dtype or other.dtype, mode, "empty_like")
 
     def _allocate(self, memmode: MemoryMode, nbytes: int) -> Allocation:
         size = max(nbytes, 1)  # a zero-byte buffer still gets an address
@@ -205,11 +210,13 @@ class Workspace:
         header directories, searched first, then the ini key ``jetmem_include_dirs``, then the CUDA
         headers (found without help: the header wheels, ``$CUDA_HOME``, ``/usr/local/cuda``).
         """
+        __tracebackhide__ = hide_for_user_errors  # a compile error shows its message and the test's frames
         compiled = self.session.compiled(source, name, options, include_dirs=include_dirs)
         return Kernel(self, compiled, parse_signature(source, name))
 
     def kernel(self, name: str) -> Kernel:
         """A bundled kernel by name (see ``pytest_jetmem.kernels.names()``)."""
+        __tracebackhide__ = hide_for_user_errors
         known = self._kernels.get(name)
         if known is not None:
             return known

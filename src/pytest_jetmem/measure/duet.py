@@ -9,8 +9,9 @@ other tenants) hits both alike and their ratio holds.
 
 The channel is two named pipes in a folder the parent made: ``side0.fifo`` (the base's inbox) and
 ``side1.fifo`` (the change's). A call one side makes and the other does not (a test changed) is measured alone
-on that side and reported unpaired; a side that stops answering for ``timeout_s`` is an error. GPU-free and
-pytest-free: tested with two threads.
+on that side and reported unpaired; so is the rest of a call whose other side stopped taking turns (its test
+failed or skipped inside the measurement: it ended the test, :attr:`Duet.peer_left`). A side that stops
+answering for ``timeout_s`` is an error. GPU-free and pytest-free: tested with two threads.
 """
 
 from __future__ import annotations
@@ -66,6 +67,8 @@ class Duet:
         self.seq = 0
         self.calls = 0  # measure calls met so far in the current test
         self.paired_calls = 0
+        #: whether the other side ended the test while the last :meth:`take_turns` waited for its turn
+        self.peer_left = False
 
     def close(self) -> None:
         for fd in (self._inbox, self._outbox):
@@ -118,6 +121,8 @@ class Duet:
                     continue  # an earlier test's
                 self._pending.insert(0, message)  # the peer is done with this test: keep it for the next meet
                 return False
+            if kind == "TURN":
+                continue  # a turn of a call this side left (it raised while the peer took its turn)
             if kind != "HELLO":
                 raise DuetError(f"--jetmem-against: expected a greeting, got {message!r}")
             seq, index, peer_label = rest.split(" ", 2) if rest.count(" ") >= 2 else (*rest.split(" "), "")
@@ -137,37 +142,45 @@ class Duet:
         self._send(f"TURN {int(done)}")
 
     def _wait(self) -> bool:
-        message = self._receive()
-        kind, _, rest = message.partition(" ")
-        if kind != "TURN":
+        """The other side's turn: whether it is done. The peer ending the test instead (it raised, failed or
+        skipped inside its turn) sets :attr:`peer_left` and counts as done: this side goes on alone."""
+        while True:
+            message = self._receive()
+            kind, _, rest = message.partition(" ")
+            if kind == "TURN":
+                return rest == "1"
+            if kind == "END" and rest.isdigit():
+                if int(rest) < self.seq:
+                    continue  # an earlier test's
+                self._pending.insert(0, message)  # later meets of this test measure alone at once
+                self.peer_left = True
+                return True
             raise DuetError(f"--jetmem-against: expected the other side's turn, got {message!r}")
-        return rest == "1"
 
     def take_turns(self, setup: Callable[[], None], batch: Callable[[], bool]) -> int:
         """After a successful :meth:`meet`: ``setup()`` once, then ``batch()`` per round until both are done.
 
         ``batch()`` samples one batch and returns whether this side's stopping rule is satisfied. The base
         goes first in every round; the rounds end after the first round in which both sides were done.
-        Returns the number of rounds.
+        Where the other side ends its test instead of taking its turn, this side goes on alone until its own
+        rule is satisfied (:attr:`peer_left` is then True). Returns the number of rounds.
         """
-        if self.side == BASE:
-            setup()
-            self._pass(False)
+        self.peer_left = False
+        if self.side == CHANGE:
             self._wait()
-        else:
-            self._wait()
-            setup()
+        setup()
+        if not self.peer_left:
             self._pass(False)
+            if self.side == BASE:
+                self._wait()
         rounds = 0
         while True:
             rounds += 1
-            if self.side == BASE:
-                mine = batch()
+            theirs = self._wait() if self.side == CHANGE and not self.peer_left else True
+            mine = batch()
+            if not self.peer_left:
                 self._pass(mine)
-                theirs = self._wait()
-            else:
-                theirs = self._wait()
-                mine = batch()
-                self._pass(mine)
+                if self.side == BASE:
+                    theirs = self._wait()
             if mine and theirs:
                 return rounds

@@ -335,7 +335,10 @@ def _in_turns(
     duet.take_turns(setup, batch)
     first, first_wall = state["first"]
     samples = [v for r in rounds for v in r]
-    return first, first_wall, samples, f"{state['reason']}, in turns", (state["start"], time.time()), rounds
+    span = (state["start"], time.time())
+    if duet.peer_left:  # the other side's test ended inside the call: these rounds pair with nothing
+        return first, first_wall, samples, f"{state['reason']}, alone after the other side stopped", span, []
+    return first, first_wall, samples, f"{state['reason']}, in turns", span, rounds
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,9 @@
   (``--jetmem-arch``), and the ini key ``jetmem_include_dirs``.
 
 They share :mod:`~pytest_jetmem.plugin.options` (the option group and the option-else-ini resolver),
-:mod:`~pytest_jetmem.plugin.markers` (marker names, validation) and :mod:`~pytest_jetmem.plugin.sessions`
-(the per-session objects in ``config.stash``).
+:mod:`~pytest_jetmem.plugin.markers` (marker names, validation), :mod:`~pytest_jetmem.plugin.sessions`
+(the per-session objects in ``config.stash``) and more shared modules; no half imports another (pytest marks
+each half for assertion rewriting just before importing it, and warns about one that is already imported).
 """
 
 from __future__ import annotations

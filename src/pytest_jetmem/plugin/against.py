@@ -11,6 +11,11 @@ reports it like a baseline comparison: terminal table, JUnit properties, ``--jet
 reported, not judged. No stored baseline and no matching machine fingerprint are needed.
 
 Under pytest-xdist every worker runs its own pair of children, on the GPU the worker would use.
+
+Where no GPU can be used (no driver, no device), there is nothing to take turns on: the parent starts no
+children and runs the tests itself, as without ``--jetmem-against`` (skipped, their kernels checked without a
+GPU where NVRTC is there: :mod:`pytest_jetmem.plugin.nogpu`); each skip reason and the terminal summary say,
+once, that nothing was compared with the base and why.
 """
 
 from __future__ import annotations
@@ -34,14 +39,8 @@ from pytest_jetmem.measure.compare import compare_paired
 from pytest_jetmem.measure.duet import BASE, CHANGE, Duet, make_channel
 from pytest_jetmem.plugin import options
 from pytest_jetmem.plugin.children import ChildProcess, DrivenChannel, run_in_children_only, session_argv, spawn_driven
-from pytest_jetmem.plugin.runtime import (
-    apply_comparison,
-    at_other_clocks,
-    clock_mhz,
-    item_spec,
-    over_pcie,
-    publish_row,
-)
+from pytest_jetmem.plugin.judging import apply_comparison, at_other_clocks, clock_mhz, over_pcie, publish_row
+from pytest_jetmem.plugin.runtime_spec import item_spec
 from pytest_jetmem.plugin.sessions import device_session, gate_session
 
 SIDE_ENV = "PYTEST_JETMEM_AGAINST_SIDE"  # "0" (base) or "1" (change): this process is a child
@@ -86,11 +85,13 @@ def pytest_configure(config: pytest.Config) -> None:
     ref = options.get_str(config, "against")
     if ref is None:
         return
-    for clash in ("save", "compare"):
+    _, against = options.raw(config, "against")
+    for clash in ("save", "compare"):  # --jetmem-save has no ini key; --jetmem-compare has jetmem_compare
         if options.get_str(config, clash, ini=clash != "save") is not None:
+            _, source = options.raw(config, clash, ini=clash != "save")
             raise pytest.UsageError(
-                f"--jetmem-against={ref} measures the base in the same job: it needs no stored baseline; "
-                f"drop --jetmem-{clash} (or jetmem_{clash}) or --jetmem-against"
+                f"{against}={ref} measures the base in the same job: it needs no stored baseline; "
+                f"drop {source} or {against}"
             )
     parent = AgainstParent(config, ref, prepare_base(config, ref))
     config.stash[_PARENT] = parent
@@ -160,6 +161,8 @@ class AgainstParent:
         self.only_in_change: list[str] = []
         self.judged = 0
         self.error: str | None = None
+        #: why no GPU can be used here (None: one can, or not probed yet); then no children, the tests run here
+        self.no_gpu: str | None = None
         self.worker_summaries: list[dict[str, Any]] = []  # on the xdist controller
 
     def argv(self, side: int, files: Sequence[str]) -> list[str]:
@@ -205,7 +208,12 @@ class AgainstParent:
             "judged": self.judged,
             "only_in_change": list(self.only_in_change),
             "only_in_base": self.only_in_base(),
+            "no_gpu": self.no_gpu,
         }
+
+    def not_compared(self) -> str:
+        """What a test skipped here says where no GPU can be used (:attr:`no_gpu` is set)."""
+        return f"--jetmem-against={self.ref}: nothing compared with the base: the two sides take turns on a GPU"
 
     def only_in_base(self) -> list[str]:
         base = self.children.get(BASE)
@@ -225,16 +233,41 @@ class AgainstParent:
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if config.stash.get(_PARENT, None) is None:
+    """In the parent: every test runs in the children, unless no GPU can be used here (then all run here)."""
+    parent = config.stash.get(_PARENT, None)
+    if parent is None or not items:
+        return
+    avail = device_session(config).availability()
+    if not avail.ok:  # nothing to take turns on: no children; the tests skip here, kernels checked (plugin.nogpu)
+        parent.no_gpu = avail.reason
         return
     for item in items:
         run_in_children_only(item)
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, Any]:
+    """Without a GPU, a GPU test skipped in the parent says that it was not compared with the base, and why."""
+    report = yield
+    parent = item.config.stash.get(_PARENT, None)
+    longrepr = report.longrepr
+    if parent is None or parent.no_gpu is None or not report.skipped or hasattr(report, "wasxfail"):
+        return report
+    if isinstance(longrepr, tuple) and len(longrepr) == 3 and _uses_gpu(item):
+        path, line, reason = longrepr
+        report.longrepr = (path, line, f"{reason}; {parent.not_compared()}")
+    return report
+
+
+def _uses_gpu(item: pytest.Item) -> bool:
+    """Whether ``item`` takes one of the fixtures that need a GPU (it would have run in the children)."""
+    return bool({"jetmem", "memmode", "jetmem_device"} & set(getattr(item, "fixturenames", ())))
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
     parent = pyfuncitem.config.stash.get(_PARENT, None)
-    if parent is None:
+    if parent is None or parent.no_gpu is not None:
         return None
     try:
         change, base = parent.run(pyfuncitem)
@@ -292,7 +325,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     """On an xdist worker: hand this worker's pair's summary to the controller, which prints them all."""
     parent = session.config.stash.get(_PARENT, None)
     workeroutput = getattr(session.config, "workeroutput", None)
-    if parent is not None and parent.children and workeroutput is not None:
+    if parent is not None and (parent.children or parent.no_gpu) and workeroutput is not None:
         workeroutput["jetmem_against"] = parent.summary()
 
 
@@ -308,10 +341,21 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     parent = config.stash.get(_PARENT, None)
     if parent is None:
         return
-    summaries = ([parent.summary()] if parent.children else []) + parent.worker_summaries
+    summaries = ([parent.summary()] if parent.children or parent.no_gpu else []) + parent.worker_summaries
     if not summaries:
         return
     tr = terminalreporter
+    no_gpu = next((s["no_gpu"] for s in summaries if s.get("no_gpu")), None)
+    if no_gpu is not None:  # said once, on the xdist controller too (every worker found the same)
+        tr.write_line(
+            f"jetmem: against {summaries[0]['label']}: nothing compared: --jetmem-against={parent.ref} needs a "
+            f"GPU for the base and the change to take turns on, and none can be used here ({no_gpu}); the tests "
+            "ran in this tree alone, as without --jetmem-against",
+            yellow=True,
+        )
+        summaries = [s for s in summaries if not s.get("no_gpu")]
+        if not summaries:
+            return
     judged = sum(int(s["judged"]) for s in summaries)
     pairs = f" ({len(summaries)} pairs, one per xdist worker)" if len(summaries) > 1 else ""
     tr.write_line(

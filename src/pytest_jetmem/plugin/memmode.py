@@ -15,9 +15,15 @@ from pytest_jetmem.cuda.modes import DEFAULT_MODES, MODES, get_mode
 from pytest_jetmem.cuda.session import CudaSession
 from pytest_jetmem.errors import CudaError, CudaUnavailable
 from pytest_jetmem.handle import Jetmem
-from pytest_jetmem.plugin import markers, nogpu
+from pytest_jetmem.plugin import markers, nogpu_check, options
 from pytest_jetmem.plugin.options import option_group
-from pytest_jetmem.plugin.runtime_spec import needs_jetmem, nothing_judged, parse_runtime_marker
+from pytest_jetmem.plugin.runtime_spec import (
+    RuntimeSpec,
+    needs_jetmem,
+    nothing_judged,
+    parse_runtime_marker,
+    self_ratio,
+)
 from pytest_jetmem.plugin.sessions import device_session
 
 PARAM = "memmode"
@@ -51,6 +57,7 @@ def pytest_configure(config: pytest.Config) -> None:
         "no arguments: every mode the device supports",
     )
     device_session(config)  # a bad --jetmem-modes stops the run here
+    options.cache_dir(config)  # so does a kernel cache path that is a file
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -86,8 +93,18 @@ def marker_modes(marker: pytest.Mark, test_name: str) -> tuple[str, ...]:
             raise ValueError(
                 f"{test_name}: @pytest.mark.memmode got unknown memory mode {a!r}; expected one of {', '.join(MODES)}"
             )
-    modes = tuple(dict.fromkeys(args)) or DEFAULT_MODES
-    return modes
+    repeated = [m for m in dict.fromkeys(args) if args.count(m) > 1]
+    if repeated:
+        raise ValueError(
+            f"{test_name}: @pytest.mark.memmode got memory mode{'s' if len(repeated) > 1 else ''} "
+            f"{', '.join(map(repr, repeated))} more than once; "
+            "expected each mode at most once"
+        )
+    return tuple(args) or DEFAULT_MODES
+
+
+def _runtime_spec(marker: pytest.Mark, test_name: str) -> RuntimeSpec:
+    return parse_runtime_marker(marker.args, dict(marker.kwargs), test_name)
 
 
 @pytest.hookimpl(trylast=True)
@@ -97,6 +114,10 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     modes = markers.validated(metafunc.definition, markers.MEMMODE, marker_modes)
     if modes is None:
         return
+    spec = markers.validated(metafunc.definition, markers.RUNTIME, _runtime_spec)
+    why = self_ratio(spec, modes, metafunc.definition.nodeid) if spec is not None else None
+    if why is not None:
+        pytest.fail(why, pytrace=False)
     if PARAM not in metafunc.fixturenames:
         metafunc.fixturenames.append(PARAM)
     metafunc.parametrize(PARAM, modes, ids=list(modes), indirect=True)
@@ -189,7 +210,7 @@ def memmode(request: pytest.FixtureRequest) -> str:
         )
     avail = device_session(request.config).availability()
     if not avail.ok:
-        if nogpu.checking(request, avail):  # no GPU: kernels still compiled and launches checked
+        if nogpu_check.checking(request, avail):  # no GPU: kernels still compiled and launches checked
             return str(mode)
         pytest.skip(f"jetmem: {avail.reason}")
     assert avail.info is not None and avail.device is not None
@@ -206,7 +227,7 @@ def jetmem(request: pytest.FixtureRequest, memmode: str) -> Iterator[Jetmem]:
     """The per-test handle for this item's memory mode; its buffers are freed at teardown."""
     session = device_session(request.config)
     if session.cuda is None:  # no GPU (the memmode fixture let it through): see plugin.nogpu
-        yield from nogpu.check_handle(request, memmode, session.availability(), session.stopping_rule)
+        yield from nogpu_check.check_handle(request, memmode, session.availability(), session.stopping_rule)
         return
     handle = Jetmem(session.cuda, memmode, request.node.nodeid, session.stopping_rule)
     try:

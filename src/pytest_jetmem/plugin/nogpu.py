@@ -13,33 +13,14 @@ Also here: the ini key ``jetmem_include_dirs`` (include directories for every co
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 
-from pytest_jetmem.cuda import driver
-from pytest_jetmem.cuda.compiler import KernelCache
-from pytest_jetmem.cuda.device import Availability
-from pytest_jetmem.cuda.nogpu import (
-    CheckDriver,
-    GpuNeeded,
-    NoGpuObserver,
-    default_archs,
-    open_check_session,
-    parse_archs,
-)
-from pytest_jetmem.cuda.session import CudaSession
-from pytest_jetmem.errors import CudaUnavailable
-from pytest_jetmem.handle import Jetmem
-from pytest_jetmem.plugin import markers, options
+from pytest_jetmem.cuda.nogpu import GpuNeeded
+from pytest_jetmem.plugin import nogpu_check
 from pytest_jetmem.plugin.options import option_group
-from pytest_jetmem.plugin.sessions import include_dirs
-
-ARCH = "arch"
-NONE = "none"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -49,7 +30,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         dest="jetmem_arch",
         default=None,
         metavar="ARCHS",
-        help="without a GPU: compile every kernel for these architectures (comma separated, e.g. sm_87,sm_110; "
+        help="without a GPU: compile every kernel for these architectures (comma or space separated, e.g. "
+        "sm_87,sm_110; "
         "default: the Jetson architectures the installed NVRTC supports; 'none': skip jetmem tests at once)",
     )
     parser.addini("jetmem_arch", "without a GPU: architectures to compile kernels for (or 'none')", default="")
@@ -62,131 +44,17 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    target_archs(config)  # a malformed --jetmem-arch stops the run here
+    nogpu_check.target_archs(config)  # a malformed --jetmem-arch stops the run here
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    state = config.stash.get(_STATE, None)
-    if state is not None and state.session is not None:
-        with contextlib.suppress(Exception):
-            state.session.close()
-
-
-def target_archs(config: pytest.Config) -> tuple[str, ...] | None:
-    """The architectures asked for (None: the default; ``()``: ``none``, checking is off).
-
-    A malformed value is a ``pytest.UsageError`` naming the option or ini key.
-    """
-    text, source = options.raw(config, ARCH)
-    if text is None or not str(text).strip():
-        return None
-    if str(text).strip().lower() == NONE:
-        return ()
-    try:
-        return parse_archs(str(text), source)
-    except ValueError as exc:
-        raise pytest.UsageError(str(exc)) from None
-
-
-# -- the session's check state -------------------------------------------------------------------------------
-@dataclass
-class _State:
-    """The session's check session (made at the first no-GPU test), or why there is none."""
-
-    session: CudaSession | None = None
-    failure: str | None = None  # why checking is impossible (no NVRTC, an unsupported --jetmem-arch)
-    usage_error: bool = False  # the failure is the user's option: fail the tests, do not skip them
-
-
-_STATE = pytest.StashKey[_State]()
-
-
-def _state(config: pytest.Config, avail: Availability) -> _State:
-    state = config.stash.get(_STATE, None)
-    if state is not None:
-        return state
-    state = config.stash[_STATE] = _State()
-    archs = target_archs(config)
-    try:
-        nvrtc = driver.get()
-        known = nvrtc.nvrtc_supported_archs()
-        if archs is None:
-            archs = default_archs(known)
-            if not archs:
-                state.failure = f"this NVRTC supports no Jetson architecture (it supports sm_{known})"
-                return state
-        cache = KernelCache(options.get_str(config, "cache_dir"))
-        state.session = open_check_session(nvrtc, archs, avail.reason, cache, include_dirs(config))
-    except CudaUnavailable as exc:
-        state.failure = exc.reason
-    except ValueError as exc:
-        _, source = options.raw(config, ARCH)
-        state.failure, state.usage_error = f"{source}: {exc}", True
-    return state
-
-
-def checking(request: pytest.FixtureRequest, avail: Availability) -> bool:
-    """True where this test runs without a GPU, its kernels checked: no driver or no device, NVRTC present,
-    the test takes the ``jetmem`` fixture and ``--jetmem-arch`` is not ``none``. Fails the test where the
-    architectures asked for cannot be compiled for."""
-    if avail.ok or avail.info is not None or not isinstance(avail.error, CudaUnavailable):
-        return False  # a GPU, or one that is there but unusable (no NVRTC, a driver error): skipped as before
-    if "jetmem" not in request.fixturenames or target_archs(request.config) == ():
-        return False
-    if request.node.get_closest_marker(markers.CONCURRENCY) is not None:
-        return False  # about what the hardware does: run in a child on a GPU, or skipped
-    state = _state(request.config, avail)
-    if state.usage_error:
-        pytest.fail(f"{request.node.nodeid}: {state.failure}", pytrace=False)
-    return state.session is not None
-
-
-# -- per test ------------------------------------------------------------------------------------------------
-@dataclass
-class CheckRecord:
-    """What a test checked without a GPU, for the skip reason."""
-
-    reason: str
-    archs: tuple[str, ...]
-    driver: CheckDriver
-    session: CudaSession
-    compiles_before: int
-    notes: list[str] = field(default_factory=list)
-
-    def summary(self, operation: str | None) -> str:
-        names = list(dict.fromkeys(self.session.compile_requests[self.compiles_before :]))
-        kernels = f"{len(names)} kernel{'s' if len(names) != 1 else ''}"
-        launches = self.driver.launches
-        what = f"compiled {kernels}{' (' + ', '.join(names) + ')' if names else ''} for {', '.join(self.archs)}; "
-        what += f"checked {launches} launch{'es' if launches != 1 else ''}"
-        rest = f"{operation} needs a GPU" if operation else "nothing ran on a GPU"
-        return f"jetmem: {self.reason}; without a GPU: {what}; {rest}"
-
-
-_TEST = pytest.StashKey[CheckRecord]()
-
-
-def check_handle(request: pytest.FixtureRequest, memmode: str, avail: Availability, rule: Any) -> Iterator[Jetmem]:
-    """The ``jetmem`` fixture's body on a machine without a GPU (see :func:`checking`)."""
-    state = request.config.stash[_STATE]
-    session = state.session
-    assert session is not None
-    drv = session.drv
-    drv.reset_counts()
-    check = CheckRecord(avail.reason, session.archs, drv, session, len(session.compile_requests))
-    request.node.stash[_TEST] = check
-    handle = Jetmem(session, memmode, request.node.nodeid, rule)
-    handle.add_observer(NoGpuObserver(drv))
-    try:
-        yield handle
-    finally:
-        handle.close()
+    nogpu_check.close(config)
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)
 def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> Iterator[Any]:
     """Without a GPU: the first operation that needs one skips the test, saying what was checked before it."""
-    check = pyfuncitem.stash.get(_TEST, None)
+    check = nogpu_check.check_record(pyfuncitem)
     if check is None:
         return (yield)
     operation = None

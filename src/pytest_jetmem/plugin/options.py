@@ -126,3 +126,25 @@ def check_output_path(path: str | os.PathLike[str], source: str) -> Path:
     if not os.access(parent, os.W_OK | os.X_OK):
         raise pytest.UsageError(f"{source}={path}: cannot write in {parent} (permission denied)")
     return target
+
+
+def cache_dir(config: pytest.Config) -> str | None:
+    """The NVRTC kernel cache directory set (``--jetmem-cache-dir``, else the ini key; None: the default), checked
+    with ``$JETMEM_CACHE_DIR``: a path that is a file, or lies below one, is a UsageError naming the setting."""
+    chosen = get_str(config, "cache_dir")
+    _, source = raw(config, "cache_dir")
+    path = chosen
+    if path is None:
+        path, source = os.environ.get("JETMEM_CACHE_DIR", "").strip() or None, "JETMEM_CACHE_DIR"
+    if path is not None:
+        target = Path(path).expanduser()
+        if target.exists() and not target.is_dir():
+            raise pytest.UsageError(f"{source}={path}: is a file; expected a directory for the NVRTC kernel cache")
+        parent = target.parent
+        while not parent.exists() and parent != parent.parent:
+            parent = parent.parent
+        if not parent.is_dir():
+            raise pytest.UsageError(
+                f"{source}={path}: {parent} is a file, so the NVRTC kernel cache cannot be made there"
+            )
+    return chosen

@@ -10,11 +10,9 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Iterator
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 
 from pytest_jetmem.errors import BaselineError, BaselineNotFound
@@ -22,12 +20,20 @@ from pytest_jetmem.handle import Jetmem
 from pytest_jetmem.machine.jetson import for_device, read_jetson_state, sysroot, timing_warnings
 from pytest_jetmem.measure.baseline import WINDOW_SESSIONS, BaselineStore, Entry, entry_key
 from pytest_jetmem.measure.benchjson import benchmark_json, write_benchmark_json
-from pytest_jetmem.measure.compare import Comparison, Verdict, compare_sessions
+from pytest_jetmem.measure.compare import compare_sessions
 from pytest_jetmem.measure.stats import StoppingRule
 from pytest_jetmem.measure.timing import Measurement
 from pytest_jetmem.plugin import markers, options
+from pytest_jetmem.plugin.judging import (
+    apply_comparison,
+    at_other_clocks,
+    clock_mhz,
+    over_pcie,
+    publish_row,
+    published_rows,
+)
 from pytest_jetmem.plugin.rerun import more_runs, side_by_side
-from pytest_jetmem.plugin.runtime_spec import RuntimeSpec, parse_runtime_marker
+from pytest_jetmem.plugin.runtime_spec import RuntimeSpec, item_spec, parse_runtime_marker
 from pytest_jetmem.plugin.sessions import (
     GateSession,
     device_session,
@@ -38,6 +44,8 @@ from pytest_jetmem.plugin.sessions import (
 MARKER = markers.RUNTIME
 PROPERTY = "jetmem"
 AMBIGUOUS_POLICIES = ("pass", "warn", "fail")
+#: The verdict of a measurement in its ``max_ratio``'s reference mode that nothing else judged.
+REFERENCE_VERDICT = "reference, not judged"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -230,8 +238,9 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     if state.compare_name is not None:
         try:  # a corrupt or foreign baseline stops the session before any test runs; the file is untouched
             state.store.load(state.compare_name)
-        except BaselineNotFound:
-            pass
+        except BaselineNotFound as exc:  # said at the end even where nothing ran (no GPU), and on the controller
+            state.baseline_checked = True
+            state.baseline_skip_reason = _no_baseline(state.compare_name, exc.path)
         except BaselineError as exc:
             raise pytest.UsageError(f"--jetmem-compare: {exc}") from None
 
@@ -249,14 +258,6 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             f"{metafunc.definition.nodeid}: @pytest.mark.{MARKER}(relative_to=...) needs @pytest.mark.memmode",
             pytrace=False,
         )
-
-
-def item_spec(item: pytest.Item) -> RuntimeSpec | None:
-    """The validated ``memmode_runtime`` marker of ``item`` (None: unmarked)."""
-    mark = item.get_closest_marker(MARKER)
-    if mark is None:
-        return None
-    return parse_runtime_marker(mark.args, dict(mark.kwargs), item.nodeid)
 
 
 # -- judging -------------------------------------------------------------------------------------------
@@ -280,6 +281,11 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> Iterator[Any]:
     return result
 
 
+def _no_baseline(name: str, path: object) -> str:
+    """What the run says of a ``--jetmem-compare`` baseline that does not exist."""
+    return f"no baseline {name!r} ({path}): nothing compared"
+
+
 def _baseline(config: pytest.Config) -> tuple[Any, str | None]:
     """The baseline to compare with, or (None, why not). Loaded and checked once per session."""
     state = _gate(config)
@@ -290,7 +296,7 @@ def _baseline(config: pytest.Config) -> tuple[Any, str | None]:
         try:
             base = state.store.load(state.compare_name)
         except BaselineNotFound as exc:
-            state.baseline_skip_reason = f"no baseline {state.compare_name!r} ({exc.path}): nothing compared"
+            state.baseline_skip_reason = _no_baseline(state.compare_name, exc.path)
             return None, state.baseline_skip_reason
         except BaselineError as exc:
             raise pytest.UsageError(f"--jetmem-compare: {exc}") from None
@@ -315,10 +321,13 @@ def _judge(item: pytest.Function, handle: Jetmem, spec: RuntimeSpec | None) -> l
     spec = spec or RuntimeSpec()  # unmarked: reported with the defaults, never judged
     judged = [m for m in handle.measurements if spec.selects(m.label, m.scope)]
     ratios = side_by_side(item, handle, spec) if spec.max_ratio is not None else {}
+    # the item in max_ratio's reference mode: its ratio is 1 by definition, so max_ratio judges nothing there
+    reference = spec.max_ratio is not None and handle.mode == spec.relative_to
     base, base_note = _baseline(item.config)
     for i, m in enumerate(handle.measurements):
         row = _row(item, m)
         is_judged = marked and m in judged
+        compared = False
         if is_judged and spec.max_ms is not None and m.median > spec.max_ms:
             failures.append(f"{m.describe()}: median above max_ms={spec.max_ms:g}")
             row["verdict"] = "FAIL max_ms"
@@ -363,88 +372,15 @@ def _judge(item: pytest.Function, handle: Jetmem, spec: RuntimeSpec | None) -> l
                     cmp = compare_sessions(entry.sessions(), m.runs or [m.samples], state.fail_pct)
                     cmp = at_other_clocks(cmp, entry.sm_mhz, clock_mhz(m.clocks))
                     cmp = over_pcie(cmp, m.mode, handle.device.integrated)
-                    failure = apply_comparison(item, state, row, cmp, judged=is_judged and spec.baseline)
+                    compared = is_judged and spec.baseline
+                    failure = apply_comparison(item, state, row, cmp, judged=compared)
                     if failure:
                         failures.append(failure)
+        if is_judged and reference and spec.max_ms is None and not compared:
+            row.setdefault("verdict", REFERENCE_VERDICT)  # said in the table and JUnit, not passed off as "ok"
         row.setdefault("verdict", ("ok" if is_judged else "reported"))
         publish_row(item, row)
     return failures
-
-
-#: Clocks further apart than this (relative) make a comparison's call ambiguous.
-CLOCK_TOLERANCE = 0.03
-
-
-def clock_mhz(clocks: dict[str, Any] | None) -> float | None:
-    """The SM clock a measurement ran at (the median of its readings), from its ``clocks`` record; None: unknown."""
-    return float(np.median(clocks["sm_mhz"])) if clocks else None
-
-
-def at_other_clocks(
-    cmp: Comparison, then_mhz: float | None, now_mhz: float | None, then: str = "the baseline"
-) -> Comparison:
-    """``cmp``, said to be ambiguous where its call compares measurements taken at clocks more than 3% apart."""
-    if then_mhz is None or now_mhz is None or abs(now_mhz / then_mhz - 1.0) <= CLOCK_TOLERANCE:
-        return cmp
-    why = f"{then} was measured at {then_mhz:.0f} MHz and this at {now_mhz:.0f} MHz: not the same clocks"
-    if cmp.verdict in (Verdict.REGRESSION, Verdict.IMPROVEMENT):
-        return cmp.ambiguous_call(why)
-    return replace(cmp, reason="; ".join(filter(None, (cmp.reason, why))))
-
-
-def over_pcie(cmp: Comparison, mode: str, integrated: bool | None) -> Comparison:
-    """``cmp``, said to be ambiguous where it is a zero-copy call on a discrete GPU (``integrated`` False; None:
-    not known, judged as usual): it is reported with its figures, not judged.
-
-    Each process's pinned host memory lands on its own physical pages, and reading it over PCIe moves by far more
-    than a gate's threshold from one process to the next: on an H100, 24 sessions of the same code spread by up to
-    24% (coefficient of variation 5.2%, the 45x45 convolution), and a baseline of five appended sessions called
-    6 of 293 A/A comparisons regressions (docs/performance.md). Allocations within one process reuse the same
-    pages, so no number of rounds or runs in one pair of processes measures that spread either. On an integrated
-    GPU (a Jetson) there is no PCIe: zero-copy is judged as usual.
-    """
-    if mode != "zero_copy" or integrated is not False:
-        return cmp
-    return cmp.ambiguous_call(
-        "zero-copy memory over PCIe: where each process's pinned host memory lands moves its speed by several "
-        "percent from one process to the next, more than a baseline or a pair of processes can tell from a "
-        "change; reported, not judged, on a discrete GPU (judged on an integrated GPU such as a Jetson's)"
-    )
-
-
-def apply_comparison(
-    item: pytest.Item, state: GateSession, row: dict[str, Any], cmp: Comparison, *, judged: bool
-) -> str | None:
-    """Put a comparison's figures in ``row``; the failure message it gives a judged test (None: it passes).
-
-    A regression fails; an ambiguous verdict fails, warns or passes as ``--jetmem-ambiguous`` says.
-    """
-    if row.get("throttled"):
-        cmp = cmp.ambiguous_call(
-            f"measured while the GPU was throttled ({', '.join(row['throttled'])}): not comparable"
-        )
-    row.update(
-        baseline_change_pct=cmp.change_pct,
-        baseline=cmp.verdict.value,
-        baseline_ci=[cmp.ci_low, cmp.ci_high],
-        baseline_unit=cmp.unit,
-    )
-    if cmp.reason:
-        row["baseline_reason"] = cmp.reason
-    if not judged:
-        return None
-    text = f"{row['mode']} {row['key']}: {cmp.describe()}"
-    if cmp.verdict is Verdict.REGRESSION:
-        row["verdict"] = "FAIL regression"
-        return text
-    if cmp.verdict is Verdict.AMBIGUOUS:
-        if state.ambiguous == "fail":
-            row["verdict"] = "FAIL ambiguous"
-            return f"{text} [--jetmem-ambiguous=fail]"
-        if state.ambiguous == "warn":
-            row["verdict"] = "ambiguous"
-            warnings.warn(pytest.PytestWarning(f"jetmem: {item.nodeid}: {text}"), stacklevel=1)
-    return None
 
 
 def _row(item: pytest.Item, m: Measurement) -> dict[str, Any]:
@@ -472,32 +408,11 @@ def _row(item: pytest.Item, m: Measurement) -> dict[str, Any]:
     }
 
 
-def publish_row(item: pytest.Item, row: dict[str, Any]) -> None:
-    """Rows travel on the report (xdist-safe); junitxml gets the figures as properties."""
-    rows = item.stash.setdefault(_ROWS, [])
-    rows.append(row)
-    prefix = f"jetmem:{row['mode']}:{row['key']}"
-    item.user_properties.append((f"{prefix}:median_ms", round(row["median"], 6)))
-    item.user_properties.append((f"{prefix}:mad_ms", round(row["mad"], 6)))
-    item.user_properties.append((f"{prefix}:samples", row["n"]))
-    if row.get("first_call_ms") is not None:
-        item.user_properties.append((f"{prefix}:first_call_ms", round(row["first_call_ms"], 6)))
-    if row.get("ratio") is not None:
-        item.user_properties.append((f"{prefix}:ratio_to_{row['relative_to']}", round(row["ratio"], 4)))
-    if row.get("baseline_change_pct") is not None:
-        item.user_properties.append((f"{prefix}:baseline_change_pct", round(row["baseline_change_pct"], 3)))
-        item.user_properties.append((f"{prefix}:baseline_verdict", row["baseline"]))
-    item.user_properties.append((f"{prefix}:verdict", row["verdict"]))
-
-
-_ROWS = pytest.StashKey[list]()
-
-
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Iterator[Any]:
     report = yield
     if call.when == "call":
-        rows = item.stash.get(_ROWS, None)
+        rows = published_rows(item)
         if rows:
             report.jetmem_rows = rows  # type: ignore[attr-defined]
     return report
@@ -562,23 +477,29 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
             tr.write_line(line)
         if state.save and not state.errors:
             tr.write_line(f"jetmem: saved baseline {state.save!r} in {state.store.directory}")
-        if state.baseline_skip_reason:
-            tr.write_line(f"jetmem: {state.baseline_skip_reason}", yellow=True)
         after = read_jetson_state(sysroot())
         integrated = state.device.probed_info.integrated if state.device.probed_info is not None else None
         if state.jetson_before is not None and for_device(state.jetson_before, integrated).is_jetson:
             for w in timing_warnings(state.jetson_before, after):
                 tr.write_line(f"jetmem: warning: {w}", yellow=True)
+    if state.baseline_skip_reason:  # also where nothing was measured (no GPU): a missing baseline is never silent
+        tr.write_line(f"jetmem: {state.baseline_skip_reason}", yellow=True)
     _nothing_saved_note(tr, state)
     for err in state.errors:
         tr.write_line(f"jetmem: error: {err}", red=True)
 
 
 def _nothing_saved_note(tr: Any, state: GateSession) -> None:
-    """Say that ``--jetmem-save`` saved nothing where no test measured anything (the controller sees every row)."""
+    """Say that ``--jetmem-save`` saved nothing, or ``--jetmem-compare`` compared nothing, where no test measured
+    anything (the controller sees every row)."""
     if state.save and not state.rows:
         tr.write_line(
             f"jetmem: --jetmem-save={state.save}: nothing was measured, so no baseline was saved", yellow=True
+        )
+    if state.compare_name and not state.rows and not state.baseline_skip_reason:
+        tr.write_line(
+            f"jetmem: --jetmem-compare={state.compare_name}: nothing was measured, so nothing was compared with it",
+            yellow=True,
         )
 
 

@@ -5,11 +5,14 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pytest_jetmem.cuda.modes import MODES
 from pytest_jetmem.measure.timing import SCOPES
 from pytest_jetmem.plugin import markers
+
+if TYPE_CHECKING:
+    import pytest
 
 MARKER = markers.RUNTIME
 ARGUMENTS = ("max_ms", "max_ratio", "relative_to", "scope", "baseline", "label", "runs")
@@ -120,4 +123,30 @@ def needs_jetmem(test: str) -> str:
     return (
         f"{test}: @pytest.mark.{MARKER} judges what jetmem.measure() records, but the test does not use the "
         "jetmem fixture (add it, with @pytest.mark.memmode)"
+    )
+
+
+def item_spec(item: pytest.Item) -> RuntimeSpec | None:
+    """The validated ``memmode_runtime`` marker of ``item`` (None: unmarked)."""
+    mark = item.get_closest_marker(MARKER)
+    if mark is None:
+        return None
+    return parse_runtime_marker(mark.args, dict(mark.kwargs), item.nodeid)
+
+
+def self_ratio(spec: RuntimeSpec, modes: Sequence[str], test: str) -> str | None:
+    """The collection error of a ``max_ratio`` whose test runs only in its reference mode (None: it has another).
+
+    ``modes`` are the test's ``memmode`` marker's. The reference mode's ratio to itself is 1 by definition: a
+    test that runs in no other mode would pass having compared nothing.
+    """
+    if spec.relative_to is None or any(mode != spec.relative_to for mode in modes):
+        return None
+    ref = spec.relative_to
+    others = ", ".join(m for m in MODES if m != ref)
+    return (
+        f"{test}: @pytest.mark.{MARKER}(max_ratio={spec.max_ratio:g}, relative_to={ref!r}): the test runs only in "
+        f"{ref!r} (@pytest.mark.memmode), so the ratio would compare {ref} with itself and check nothing; "
+        f"expected relative_to naming another mode than the test's ({others}), or more modes in "
+        "@pytest.mark.memmode"
     )
