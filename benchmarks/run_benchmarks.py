@@ -63,8 +63,8 @@ def phase_gate(out: dict, n: int, bdir: str, pcts: list[float], save_sessions: i
     common = [f"--jetmem-baseline-dir={bdir}", "--jetmem-fail=5"]
     base: dict[str, dict] = {}
     for i in range(save_sessions):
-        flag = "--jetmem-overwrite" if i == 0 else "--jetmem-append"
-        rows, _, log = session([*common, "--jetmem-save=gate", flag, f"--jetmem-runs={save_runs}"])
+        flags = ["--jetmem-overwrite"] if i == 0 else []  # later sessions: --jetmem-save appends them
+        rows, _, log = session([*common, "--jetmem-save=gate", *flags, f"--jetmem-runs={save_runs}"])
         if not rows:
             raise SystemExit(f"saving the baseline failed:\n{log[-3000:]}")
         for r in rows:  # pytest-benchmark's view of the baseline: all saved samples pooled
@@ -134,10 +134,11 @@ def phase_seed001(out: dict) -> None:
 
     import pytest_jetmem
     from pytest_jetmem import kernels
+    from pytest_jetmem.cuda.modes import default_names
 
     table = []
     sizes = [3, 5, 7, 9, 15, 25, 35, 45]
-    for mode in ("device", "managed", "zero_copy"):
+    for mode in default_names():
         with pytest_jetmem.open_handle(mode) as jm:
             rng = np.random.default_rng(0)
             host = rng.random((480, 640), dtype=np.float32)
@@ -162,7 +163,7 @@ def phase_seed001(out: dict) -> None:
                     b.free()
     out["seed001_table"] = table
     touch = {}
-    for mode in ("device", "managed", "zero_copy"):
+    for mode in default_names():
         with pytest_jetmem.open_handle(mode) as jm:
             rng = np.random.default_rng(1)
             host = rng.random((480, 640), dtype=np.float32)

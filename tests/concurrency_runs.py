@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from plugin_loading import plugin_args
-from pytest_jetmem.correctness.isolation import CHILD_RESULT_ENV
+from pytest_jetmem.plugin.concurrency import NODEID_ENV
 
 TESTS_DIR = Path(__file__).resolve().parent  # tests/: the child imports fakes from here
 PLUGIN = plugin_args()
@@ -30,7 +30,7 @@ def fake_conftest(parent: str = "no_device", child: str = "orin") -> str:
         from fakes.fake_driver import FakeDriver
         from pytest_jetmem.cuda import driver
 
-        IN_CHILD = bool(os.environ.get({CHILD_RESULT_ENV!r}))
+        IN_CHILD = bool(os.environ.get({NODEID_ENV!r}))
         FAKE = FakeDriver({child!r} if IN_CHILD else {parent!r})
         driver.install(FAKE)
         """

@@ -7,8 +7,9 @@ from collections.abc import Callable
 import pytest
 
 from fakes.fake_driver import FakeDriver
+from pytest_jetmem.cuda.modes import default_names
 
-MODES = ("device", "managed", "zero_copy")
+MODES = default_names()  # the built-in modes: nothing else is registered when the tests import this
 ALLOC_KIND = {"device": "device", "managed": "managed", "zero_copy": "host"}  # fake allocation kind per mode
 
 InstallFake = Callable[..., FakeDriver]

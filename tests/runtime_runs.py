@@ -16,10 +16,11 @@ import numpy as np
 import pytest
 
 from fakes.fake_driver import FakeDriver, Launch
+from pytest_jetmem.cuda.modes import default_names
 
 InstallFake = Callable[..., FakeDriver]
 
-MODES = ("device", "managed", "zero_copy")
+MODES = default_names()  # the built-in modes: nothing else is registered when the tests import this
 N = 1000  # floats per buffer in the inner tests: 4000-byte allocations, easy to pick out in the fake
 NBYTES = 4 * N
 

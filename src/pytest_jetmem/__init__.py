@@ -36,7 +36,8 @@ if TYPE_CHECKING:
         HostAccessError,
         JetmemError,
         LaunchArgumentError,
-        ModeUnsupported,
+        RecordError,
+        RecordVersionError,
         TegraStrictError,
     )
     from pytest_jetmem.handle import Jetmem, open_handle
@@ -62,7 +63,6 @@ _EXPORTS: dict[str, tuple[str, str | None]] = {
             "CudaError",
             "CudaUnavailable",
             "CompileError",
-            "ModeUnsupported",
             "AllocationRefused",
             "LaunchArgumentError",
             "HostAccessError",
@@ -73,6 +73,8 @@ _EXPORTS: dict[str, tuple[str, str | None]] = {
             "BaselineExists",
             "DuetError",
             "DeviceChoiceError",
+            "RecordError",
+            "RecordVersionError",
         )
     },
 }
@@ -97,7 +99,8 @@ __all__ = [  # the same names as _EXPORTS, spelled out for type checkers and lin
     "Kernel",
     "LaunchArgumentError",
     "Measurement",
-    "ModeUnsupported",
+    "RecordError",
+    "RecordVersionError",
     "TegraStrictError",
     "__version__",
     "attach",

@@ -6,6 +6,7 @@ Catch ``JetmemError`` for all of them; docs/reference.md lists when each is rais
 from __future__ import annotations
 
 import os
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
@@ -71,10 +72,6 @@ class CompileError(JetmemError):
     """NVRTC rejected a kernel; the message holds the kernel name and the NVRTC log."""
 
 
-class ModeUnsupported(JetmemError):
-    """The device cannot do this memory mode (reason says which attribute)."""
-
-
 class AllocationRefused(JetmemError):
     """An allocation was refused before the driver was asked (larger than free memory)."""
 
@@ -95,21 +92,60 @@ class TegraStrictError(JetmemError):
     """A host access that would kill the process on Jetson (``CONCURRENT_MANAGED_ACCESS=0``)."""
 
 
-class BaselineError(JetmemError):
-    """A baseline file could not be read, written or used; the message starts with the file's path."""
+class BaselineErrorKind(str, Enum):
+    """What went wrong with a baseline file (:attr:`BaselineError.kind`): what code decides on, never the message."""
 
-    def __init__(self, path: str | os.PathLike[str], reason: str) -> None:
+    NOT_FOUND = "not_found"  # there is no file of that name
+    UNREADABLE = "unreadable"  # it cannot be read: not UTF-8, not JSON, not a baseline, another version, malformed
+    CANNOT_ADD = "cannot_add"  # saving: the file there cannot be read, so this session cannot be added to it
+    EXISTS = "exists"  # saving: the file is another session's, and neither appending nor overwriting was asked
+    OTHER_MACHINE = "other_machine"  # saving: the file holds runs from another machine fingerprint
+    CANNOT_WRITE = "cannot_write"  # the directory, the lock, the kept copy or the file cannot be written
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class BaselineError(JetmemError):
+    """A baseline file could not be read, written or used; the message starts with the file's path, ``kind``
+    says what happened (:class:`BaselineErrorKind`)."""
+
+    default_kind = BaselineErrorKind.UNREADABLE
+
+    def __init__(self, path: str | os.PathLike[str], reason: str, kind: BaselineErrorKind | None = None) -> None:
         self.path = Path(path)
         self.reason = reason
+        self.kind = kind or self.default_kind
         super().__init__(f"{self.path}: {reason}")
 
 
 class BaselineExists(BaselineError):
     """The baseline file exists from another session and overwriting was not asked for."""
 
+    default_kind = BaselineErrorKind.EXISTS
+
 
 class BaselineNotFound(BaselineError):
     """There is no baseline file of that name."""
+
+    default_kind = BaselineErrorKind.NOT_FOUND
+
+
+class RecordError(JetmemError, ValueError):
+    """A measurement record's JSON object (a test report's, a child session's) is not one this pytest-jetmem reads;
+    the message says which key and what is wrong (also a ``ValueError``)."""
+
+
+class RecordVersionError(RecordError):
+    """A measurement record of a version this pytest-jetmem does not read (``.version``; it reads ``.supported``)."""
+
+    def __init__(self, version: object, supported: int) -> None:
+        self.version = version
+        self.supported = supported
+        super().__init__(
+            f"measurement record version {version!r}: this pytest-jetmem reads version {supported} only; "
+            "run the same pytest-jetmem on both ends"
+        )
 
 
 class DuetError(JetmemError):

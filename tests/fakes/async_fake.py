@@ -11,15 +11,17 @@ from __future__ import annotations
 import contextlib
 import ctypes
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from fakes.fake_driver import FakeDriver, FakeFault, Launch
 from pytest_jetmem import open_handle
+from pytest_jetmem.cuda.driver import DriverBackend
+from pytest_jetmem.cuda.modes import default_names
 from pytest_jetmem.kernels.reference import coherence_pattern
 
-MODES = ("device", "managed", "zero_copy")
+MODES = default_names()  # the built-in modes: nothing else is registered when the tests import this
 
 
 # -- a fake whose GPU work happens when the host waits ---------------------------------------------------------
@@ -108,8 +110,11 @@ class AsyncFake(FakeDriver):
             except FakeFault as fault:
                 self.sticky = fault.error
 
-    def _later_write(self, ptr: int, nbytes: int, call: Callable[[], None], compute: Callable[[], bytes]) -> None:
-        """Validate and apply ``call`` now, then undo it and queue ``compute()`` bytes for the flush."""
+    def _later_write(
+        self, ptr: int, nbytes: int, call: Callable[[], None], compute: Callable[[], bytes] | None
+    ) -> None:
+        """Validate and apply ``call`` now, then undo it and queue ``compute()`` bytes (None: what ``call`` wrote)
+        for the flush."""
         alloc = self._device_allocation(int(ptr), nbytes) if nbytes else None
         if alloc is None:
             call()  # nothing to defer (or the fake refuses it as the driver would)
@@ -118,7 +123,11 @@ class AsyncFake(FakeDriver):
         call()
         staged = ctypes.string_at(int(ptr), nbytes)
         ctypes.memmove(int(ptr), before, nbytes)
-        self.pending.append(lambda: ctypes.memmove(int(ptr), compute() if compute else staged, nbytes))
+
+        def apply() -> None:
+            ctypes.memmove(int(ptr), compute() if compute is not None else staged, nbytes)
+
+        self.pending.append(apply)
 
     # host waits: the queued work runs first
     def stream_synchronize(self, stream: Any) -> None:
@@ -170,6 +179,10 @@ class AsyncFake(FakeDriver):
             super().memset_d8(ptr, value, nbytes)
             return
         self._later_write(ptr, nbytes, lambda: super(AsyncFake, self).memset_d8(ptr, value, nbytes, stream), None)
+
+
+if TYPE_CHECKING:  # mypy checks the fake against the driver interface (.ci/run: mypy tests/fakes)
+    _ASYNC: DriverBackend = AsyncFake()
 
 
 @contextlib.contextmanager

@@ -11,14 +11,14 @@ What it models, and checks the way the driver would:
   addresses inside a live allocation are accepted by copies, memsets and emulated kernels. Fresh
   memory is filled with ``poison`` (the driver promises nothing about it); freed memory with 0xDD.
   Backing storage is never released, so a stale host view reads garbage instead of crashing.
-- ``live`` holds every allocation not yet freed with cuMemFree/cuMemFreeHost, keyed by address. A
-  context *reset* reclaims them (moved to ``reclaimed``); the last primary-context *release* only
-  invalidates them, so what a session forgot to free is still in ``live`` (and in :meth:`leaks`).
-- Contexts: primary-context retain counts, the current context, resets. Calls that need a context
-  fail with CUDA_ERROR_INVALID_CONTEXT without one, CUDA_ERROR_NOT_INITIALIZED before cuInit.
+- ``live`` holds every allocation not yet freed with cuMemFree/cuMemFreeHost, keyed by address. The
+  last primary-context *release* only invalidates them, so what a session forgot to free is still in
+  ``live`` (and in :meth:`leaks`).
+- Contexts: primary-context retain counts, the current context. Calls that need a context fail with
+  CUDA_ERROR_INVALID_CONTEXT without one, CUDA_ERROR_NOT_INITIALIZED before cuInit.
 - Sticky errors: once a call fails (or an emulated kernel faults) with an error in
-  ``pytest_jetmem.errors.STICKY_ERRORS``, every later context call fails with it until
-  cuDevicePrimaryCtxReset, as on a real device.
+  ``pytest_jetmem.errors.STICKY_ERRORS``, every later context call fails with it until the context is
+  destroyed (its last release), as on a real device, where only a fresh process recovers.
 - Error injection: ``fake.inject("cuMemAlloc", "CUDA_ERROR_OUT_OF_MEMORY")`` makes that call fail.
 - Kernels: modules are real CUBINs (NVRTC runs for real, it needs no GPU); functions are looked up
   in the ELF, parameter sizes read from its ``.nv.info`` section, so each launch's arguments are
@@ -44,12 +44,12 @@ import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from pytest_jetmem.cuda import driver as jdriver
-from pytest_jetmem.cuda.driver import ClockState
+from pytest_jetmem.cuda.driver import ClockState, DriverBackend
 from pytest_jetmem.errors import STICKY_ERRORS, CudaError, CudaUnavailable
 from pytest_jetmem.kernels.reference import coherence_pattern
 
@@ -193,7 +193,6 @@ API_CALLS = frozenset(
         "cuDeviceGetAttribute",
         "cuDevicePrimaryCtxRetain",
         "cuDevicePrimaryCtxRelease",
-        "cuDevicePrimaryCtxReset",
         "cuCtxSetCurrent",
         "cuCtxSynchronize",
         "cuMemGetInfo",
@@ -216,7 +215,6 @@ API_CALLS = frozenset(
         "cuStreamCreate",
         "cuStreamDestroy",
         "cuStreamSynchronize",
-        "cuStreamQuery",
         "cuStreamAttachMemAsync",
         "cuEventCreate",
         "cuEventDestroy",
@@ -412,7 +410,6 @@ class FakeDriver:
         self.calls: list[Call] = []
         self.live: dict[int, FakeAllocation] = {}
         self.freed: list[FakeAllocation] = []
-        self.reclaimed: list[FakeAllocation] = []
         self.launches: list[Launch] = []
         self.launch_costs: list[float] = []  # virtual ms each launch advanced its stream's clock by
         self.compiles: list[tuple[str, tuple[str, ...]]] = []
@@ -422,7 +419,6 @@ class FakeDriver:
         self.emulators: dict[str, Callable[[FakeDriver, Launch], None]] = dict(BUNDLED_EMULATORS)
         self.sticky: str | None = None
         self.sticky_at: int | None = None  # len(calls) when the context went sticky
-        self.resets = 0
         self.initialized = False
         self._ids = itertools.count(0x1000)
         self._serial = 0
@@ -479,8 +475,8 @@ class FakeDriver:
         return kinds
 
     def allocations(self, kind: str | None = None) -> list[FakeAllocation]:
-        """Every allocation made (live, freed, reclaimed), oldest first; only those of ``kind`` if given."""
-        every = sorted([*self.live.values(), *self.freed, *self.reclaimed], key=lambda a: a.serial)
+        """Every allocation made (live or freed), oldest first; only those of ``kind`` if given."""
+        every = sorted([*self.live.values(), *self.freed], key=lambda a: a.serial)
         return [a for a in every if kind is None or a.kind == kind]
 
     def view(self, ptr: int, dtype: Any, count: int) -> np.ndarray:
@@ -622,18 +618,11 @@ class FakeDriver:
         used = sum(a.nbytes for a in self.live.values() if a.valid and a.kind != "host")
         return max(self.free_mem - used, 0)
 
-    def _destroy_context(self, ctx: _Context, reclaim: bool) -> None:
-        """End a context: its resources die; a reset reclaims them, a last release leaves them as leaks."""
+    def _destroy_context(self, ctx: _Context) -> None:
+        """End a context (its last release): its allocations and handles die, left in ``live`` as leaks."""
         ctx.generation += 1
         for a in [a for a in self.live.values() if a.ordinal == ctx.ordinal and a.valid]:
             a.valid = False
-            if reclaim:
-                del self.live[a.ptr]
-                self.reclaimed.append(a)
-        for table in self._handles.values():
-            for h in table.values():
-                if h.ordinal == ctx.ordinal and h.alive and h.generation < ctx.generation and reclaim:
-                    h.alive = False
         self.sticky = self.sticky_at = None
 
     def _nvrtc(self) -> Any:
@@ -683,6 +672,10 @@ class FakeDriver:
     def clock_state(self, dev: Any) -> ClockState | None:
         return None if self.clocks is None else ClockState(*self.clocks)
 
+    def nvrtc_library(self) -> None:
+        """The fake does not say where NVRTC came from (the session header leaves the line out)."""
+        return None
+
     def device_get(self, ordinal: int) -> FakeHandle:
         self._enter("cuDeviceGet", ordinal, ctx=False)
         self._int("cuDeviceGet", ordinal, "the ordinal")
@@ -726,15 +719,7 @@ class FakeDriver:
             raise _fail("cuDevicePrimaryCtxRelease", "CUDA_ERROR_INVALID_CONTEXT")
         ctx.refcount -= 1
         if ctx.refcount == 0:
-            self._destroy_context(ctx, reclaim=False)
-
-    def primary_ctx_reset(self, dev: Any) -> None:
-        self._enter("cuDevicePrimaryCtxReset", dev, ctx=False)
-        ordinal = self._device("cuDevicePrimaryCtxReset", dev)
-        self.resets += 1
-        ctx = self._contexts.get(ordinal)
-        if ctx is not None:
-            self._destroy_context(ctx, reclaim=True)
+            self._destroy_context(ctx)
 
     def ctx_set_current(self, ctx: Any) -> None:
         self._enter("cuCtxSetCurrent", ctx, ctx=False)
@@ -889,11 +874,6 @@ class FakeDriver:
         self._enter("cuStreamSynchronize", stream)
         self._stream("cuStreamSynchronize", stream)
 
-    def stream_query(self, stream: Any) -> bool:
-        self._enter("cuStreamQuery", stream)
-        self._stream("cuStreamQuery", stream)
-        return True
-
     def stream_attach_mem_async(self, stream: Any, ptr: int, flags: int) -> None:
         call = "cuStreamAttachMemAsync"
         self._enter(call, stream, ptr, 0, flags)
@@ -999,9 +979,9 @@ class FakeDriver:
             p = self._int(call, params_ptr, "kernelParams")
             if sizes and p == 0:
                 raise _fail(call, "CUDA_ERROR_INVALID_VALUE")
-            addresses = (ctypes.c_uint64 * len(sizes)).from_address(p) if sizes else []
+            addresses: list[int] = list((ctypes.c_uint64 * len(sizes)).from_address(p)) if sizes else []
             args = tuple(ctypes.string_at(int(a), n) for a, n in zip(addresses, sizes, strict=True))
-        launch = Launch(f.data["name"], g, b, int(shared_mem), stream, args)  # type: ignore[arg-type]
+        launch = Launch(f.data["name"], g, b, int(shared_mem), stream, args)
         self.launches.append(launch)
         emulate = self.emulators.get(launch.kernel)
         if emulate is not None:
@@ -1125,6 +1105,10 @@ BUNDLED_EMULATORS: dict[str, Callable[[FakeDriver, Launch], None]] = {
     "coherence_check_write": _coherence_check_write,
     "jetmem_block_stream": _block_stream,
 }
+
+
+if TYPE_CHECKING:  # mypy checks the fake against the driver interface (.ci/run: mypy tests/fakes)
+    _FAKE: DriverBackend = FakeDriver()
 
 
 # -- installing it in another pytest run ---------------------------------------------------------------

@@ -18,10 +18,11 @@ import pytest
 from fakes import planted
 from pytest_jetmem.correctness import coherence
 from pytest_jetmem.correctness.state_machine import CoherenceMachine, default_settings
+from pytest_jetmem.cuda.modes import default_names
 from pytest_jetmem.kernels.reference import coherence_pattern
 
 PLANTED_DELAY_US = 5000  # each GPU write waits 5 ms: a host read that does not wait sees stale data
-MODES = ("device", "managed", "zero_copy")
+MODES = default_names()
 
 
 def plugin_args() -> list[str]:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import ast
 import importlib
+import json
+import os
 import shutil
 import subprocess
 import sys
@@ -117,3 +119,47 @@ def test_importing_the_plugin_does_not_import_hypothesis_or_the_bindings() -> No
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
     assert run.stdout.strip() == "[]"
+
+
+#: What a run without jetmem tests or options must not import: the plugin loads them where a test or option needs
+#: them (issue 17: loading the plugin cost a test file that does not use it about 0.27 s).
+NOT_AT_START_UP = (
+    "numpy",
+    "pytest_jetmem.cuda.driver",
+    "pytest_jetmem.measure",
+    "pytest_jetmem.report",
+    "pytest_jetmem.handle",
+)
+
+
+def test_a_run_without_jetmem_tests_imports_no_cuda_layer_numpy_measure_report_or_handle(tmp_path: Path) -> None:
+    """A whole pytest session with the plugin loaded (its entry point; no conftest) on a file that does not use it,
+    the report header included: none of :data:`NOT_AT_START_UP` in ``sys.modules`` at its end."""
+    (tmp_path / "test_plain.py").write_text("def test_plain():\n    assert 1 + 1 == 2\n")
+    code = (
+        "import json, sys, pytest\n"
+        "rc = pytest.main(['-p', 'no:cacheprovider', '-W', 'error', 'test_plain.py'])\n"
+        f"watched = {NOT_AT_START_UP!r}\n"
+        "loaded = sorted(m for m in sys.modules if any(m == w or m.startswith(w + '.') for w in watched))\n"
+        "print(json.dumps([int(rc), 'pytest_jetmem.plugin.memmode' in sys.modules, loaded]))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTEST_ADDOPTS", "PYTEST_PLUGINS")}
+    run = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    rc, plugin_loaded, loaded = json.loads(run.stdout.strip().splitlines()[-1])
+    assert rc == 0, run.stdout
+    assert plugin_loaded, run.stdout  # the plugin was loaded, and still imported none of them
+    assert loaded == [], run.stdout
+
+
+def test_the_plugins_stand_ins_for_the_measurement_and_mode_layers_agree_with_them() -> None:
+    """Constants the plugin writes out so that loading it imports no ``measure``; the modes it asks the registry."""
+    from pytest_jetmem.cuda import modes
+    from pytest_jetmem.measure.baseline import WINDOW_SESSIONS
+    from pytest_jetmem.plugin import markers, options
+
+    assert markers.mode_names() == modes.names()  # the registry itself (cheap to import), never a copy
+    assert markers.mode_names(default_only=True) == modes.default_names()
+    assert options.WINDOW_SESSIONS == WINDOW_SESSIONS

@@ -2,28 +2,29 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import sys
+import tempfile
 import textwrap
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import pytest_jetmem
 from fakes.child_results import child_result
 from pytest_jetmem.correctness.isolation import (
-    CHILD_RESULT_ENV,
+    DEFAULT_GRACE_S,
+    DEFAULT_TAIL_BYTES,
     ChildResult,
     Outcome,
+    Spawned,
     classify,
     explain,
-    read_child_result,
-    run_child,
-    write_child_result,
 )
+from pytest_jetmem.correctness.isolation import child_result as result_of
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="process groups are POSIX only")
 
@@ -35,17 +36,34 @@ def child_env() -> dict[str, str]:
     """This environment with pytest_jetmem importable in the child."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (SRC, env.get("PYTHONPATH")) if p)
-    env.pop(CHILD_RESULT_ENV, None)
     return env
 
 
-def run_py(code: str, timeout_s: float = TIMEOUT_S, **kwargs) -> ChildResult:
+def run_argv(
+    argv: list[str],
+    timeout_s: float = TIMEOUT_S,
+    said: dict[str, Any] | None = None,
+    *,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+    grace_s: float = DEFAULT_GRACE_S,
+    tail_bytes: int = DEFAULT_TAIL_BYTES,
+) -> ChildResult:
+    """Run ``argv`` as a :class:`Spawned` child to its end; its result, as if it had said ``said`` of its test."""
+    with tempfile.TemporaryDirectory() as folder:
+        child = Spawned(argv, Path(folder, "out"), Path(folder, "err"), env=env or child_env(), cwd=cwd)
+        returncode = child.end(timeout_s, grace_s)
+        return result_of(child, returncode, said, timeout_s=timeout_s, grace_s=grace_s, tail_bytes=tail_bytes)
+
+
+def run_py(code: str, timeout_s: float = TIMEOUT_S, said: dict[str, Any] | None = None, **kwargs: Any) -> ChildResult:
     """Run a Python snippet as the child."""
-    return run_child([sys.executable, "-c", textwrap.dedent(code)], timeout_s, env=child_env(), **kwargs)
+    return run_argv([sys.executable, "-c", textwrap.dedent(code)], timeout_s, said, **kwargs)
 
 
-WRITE = "import os; from pytest_jetmem.correctness.isolation import write_child_result as w; P = os.environ[{env!r}]\n"
-WRITE = WRITE.format(env=CHILD_RESULT_ENV)
+def said(outcome: str, message: str = "", cuda_error: str | None = None) -> dict[str, Any]:
+    """What a child says of its test."""
+    return {"outcome": outcome, "message": message, "cuda_error": cuda_error}
 
 
 def gone(pid: int) -> bool:
@@ -104,7 +122,7 @@ def test_killed_by_signal(signame: str, outcome: Outcome) -> None:
 
 
 def test_fault_after_writing_passed_is_still_fault() -> None:
-    r = run_py(WRITE + "w(P, 'passed', 'all good'); import signal; os.kill(os.getpid(), signal.SIGSEGV)")
+    r = run_py("import os, signal; os.kill(os.getpid(), signal.SIGSEGV)", said=said("passed", "all good"))
     assert r.outcome is Outcome.FAULT
     assert r.signal_name == "SIGSEGV"
     assert r.report == {"outcome": "passed", "message": "all good", "cuda_error": None}
@@ -114,19 +132,15 @@ def test_fault_after_writing_passed_is_still_fault() -> None:
 # -- written results ----------------------------------------------------------------------------------------
 
 
-def test_passed_and_env_var_and_cleanup() -> None:
-    r = run_py(WRITE + "print(P); w(P, 'passed', '')")
+def test_passed() -> None:
+    r = run_py("pass", said=said("passed"))
     assert r.outcome is Outcome.PASSED
     assert r.returncode == 0
     assert r.signal_name is None
-    result_path = r.stdout.strip()
-    assert result_path.endswith("result.json")
-    assert not os.path.exists(result_path)  # read and deleted
-    assert not os.path.exists(os.path.dirname(result_path))
 
 
 def test_failed_carries_message() -> None:
-    r = run_py(WRITE + "w(P, 'failed', 'assert 1 == 2'); raise SystemExit(1)")
+    r = run_py("raise SystemExit(1)", said=said("failed", "assert 1 == 2"))
     assert r.outcome is Outcome.FAILED
     assert r.message == "assert 1 == 2"
     assert r.returncode == 1
@@ -134,12 +148,12 @@ def test_failed_carries_message() -> None:
 
 
 def test_skipped() -> None:
-    r = run_py(WRITE + "w(P, 'skipped', 'no GPU')")
+    r = run_py("pass", said=said("skipped", "no GPU"))
     assert (r.outcome, r.message) == (Outcome.SKIPPED, "no GPU")
 
 
 def test_cuda_error() -> None:
-    r = run_py(WRITE + "w(P, 'failed', 'cuStreamSynchronize failed', 'CUDA_ERROR_ILLEGAL_ADDRESS'); exit(1)")
+    r = run_py("exit(1)", said=said("failed", "cuStreamSynchronize failed", "CUDA_ERROR_ILLEGAL_ADDRESS"))
     assert r.outcome is Outcome.CUDA_ERROR
     assert r.cuda_error_name == "CUDA_ERROR_ILLEGAL_ADDRESS"
     assert r.message == "cuStreamSynchronize failed"
@@ -160,14 +174,8 @@ def test_clean_exit_without_result_is_crashed() -> None:
     assert "wrote no result" in (r.message or "")
 
 
-def test_malformed_result_is_crashed() -> None:
-    r = run_py(WRITE + "open(P, 'w').write('{not json')")
-    assert r.outcome is Outcome.CRASHED
-    assert r.report is not None and "_error" in r.report
-
-
 def test_passed_then_nonzero_exit_is_failed() -> None:
-    r = run_py(WRITE + "w(P, 'passed', ''); raise SystemExit(3)")
+    r = run_py("raise SystemExit(3)", said=said("passed"))
     assert r.outcome is Outcome.FAILED
     assert "status 3" in (r.message or "")
 
@@ -204,16 +212,13 @@ def test_timeout_sigterm_suffices() -> None:
 
 
 def test_leftover_grandchild_killed_after_normal_exit() -> None:
-    code = WRITE + textwrap.dedent(
-        """
-        import subprocess, sys
-        g = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        print(g.pid, flush=True)
-        w(P, 'passed', '')
-        """
-    )
-    r = run_py(code)
+    code = """
+    import subprocess, sys
+    g = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    print(g.pid, flush=True)
+    """
+    r = run_py(code, said=said("passed"))
     assert r.outcome is Outcome.PASSED
     assert wait_gone(int(r.stdout.split()[0]))
 
@@ -236,41 +241,13 @@ def test_output_is_captured_and_tail_truncated(tmp_path: Path) -> None:
 def test_env_is_whole_environment() -> None:
     code = "import os; print(sorted(k for k in os.environ if k.startswith('JETMEM_T')))"
     env = {**child_env(), "JETMEM_TEST_X": "1"}
-    r = run_child([sys.executable, "-c", code], TIMEOUT_S, env=env)
+    r = run_argv([sys.executable, "-c", code], env=env)
     assert r.stdout.strip() == "['JETMEM_TEST_X']"
 
 
 def test_missing_executable_raises() -> None:
     with pytest.raises(FileNotFoundError):
-        run_child(["/nonexistent/jetmem-child"], TIMEOUT_S)
-
-
-# -- write_child_result / read_child_result -----------------------------------------------------------------
-
-
-def test_write_child_result_is_atomic_and_valid(tmp_path: Path) -> None:
-    path = tmp_path / "r.json"
-    write_child_result(path, Outcome.FAILED, "msg", cuda_error="CUDA_ERROR_LAUNCH_FAILED")
-    assert json.loads(path.read_text()) == {
-        "outcome": "failed",
-        "message": "msg",
-        "cuda_error": "CUDA_ERROR_LAUNCH_FAILED",
-    }
-    write_child_result(path, "passed", "again")  # replaces
-    assert read_child_result(path) == {"outcome": "passed", "message": "again", "cuda_error": None}
-    assert [p.name for p in tmp_path.iterdir()] == ["r.json"]  # no temporary left behind
-
-
-def test_write_child_result_rejects_bad_outcome(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="outcome must be one of"):
-        write_child_result(tmp_path / "r.json", "fault", "")
-    assert list(tmp_path.iterdir()) == []
-
-
-def test_read_child_result(tmp_path: Path) -> None:
-    assert read_child_result(tmp_path / "absent.json") is None
-    (tmp_path / "list.json").write_text("[1]")
-    assert "_error" in read_child_result(tmp_path / "list.json")
+        run_argv(["/nonexistent/jetmem-child"])
 
 
 # -- classify -----------------------------------------------------------------------------------------------

@@ -16,12 +16,13 @@ import pytest
 
 from concurrency_runs import PLUGIN, outcomes
 from fakes.fake_driver import FakeDriver
-from pytest_jetmem.correctness import strict
+from pytest_jetmem.correctness import coherence, strict
 from pytest_jetmem.correctness.strict import TegraStrict, TegraStrictError
 from pytest_jetmem.cuda import attach
 from pytest_jetmem.cuda.attachment import Attachment
 from pytest_jetmem.cuda.driver import MEM_ATTACH_GLOBAL, MEM_ATTACH_HOST, MEM_ATTACH_SINGLE
 from pytest_jetmem.handle import Jetmem
+from pytest_jetmem.measure.timing import Sampler
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="child processes need POSIX process groups")
 
@@ -147,6 +148,35 @@ def test_kernels_memsets_and_copies_are_counted_apart(jm: Jetmem, tracker: Tegra
     tracker.launched()
     with pytest.raises(TegraStrictError, match=r"\(1 kernel, 2 copies\)"):
         tracker.check_host_access(a)
+
+
+def test_the_l2_flush_and_the_probe_counters_make_the_stream_busy(jm: Jetmem, tracker: TegraStrict) -> None:
+    """jetmem's own stream work goes through the workspace too: the timing code's L2 flush (a memset of twice the L2)
+    and a coherence probe's counters (two memsets before its kernel)."""
+    buf = jm.empty(16)
+    sampler = Sampler(jm, lambda: None, flush_l2=True, block_stream=False)
+    try:
+        sampler.sample()
+    finally:
+        sampler.close()
+    with pytest.raises(TegraStrictError, match=r"\(1 memset\)"):
+        _ = buf.host
+    jm.synchronize()
+    coherence.launch_probe(jm, jm.empty(16, np.uint32, mode="device"), new_seed=7)
+    with pytest.raises(TegraStrictError, match=r"\(1 kernel, 2 memsets\)"):
+        _ = buf.host
+    jm.synchronize()
+    _ = buf.host
+
+
+def test_a_device_synchronize_ends_every_stream_s_work(jm: Jetmem, tracker: TegraStrict, fake: FakeDriver) -> None:
+    other = fake.stream_create()
+    tracker.launched(other)
+    jm.zeros(16)
+    assert len(tracker.busy_streams) == 2
+    jm.synchronize_device()  # cuCtxSynchronize: observers are told that every stream is done
+    assert not tracker.busy and fake.count("cuCtxSynchronize") == 1
+    fake.stream_destroy(other)
 
 
 def test_managed_memory_allocated_while_busy_is_held_until_synchronized(

@@ -17,6 +17,7 @@ from fakes.fake_driver import FakeDriver, conftest_source
 from memmode_runs import ALLOC_KIND, MODES, InstallFake, results, skip_reason
 from pytest_jetmem.cuda.device import open_device, select_ordinal
 from pytest_jetmem.errors import CudaUnavailable
+from pytest_jetmem.plugin.children import CHANNEL_ENV
 from runtime_runs import inner
 
 
@@ -263,7 +264,7 @@ def test_sticky_error_costs_only_its_own_test(pytester: pytest.Pytester, fake_dr
     # the fresh session is a subprocess: it installs a fake of its own (this process keeps the outer test's)
     pytester.makeconftest(
         "import os\n"
-        "if 'PYTEST_JETMEM_RELAY_FDS' in os.environ:\n"
+        f"if {CHANNEL_ENV!r} in os.environ:\n"
         + "\n".join("    " + line for line in conftest_source("dgpu").splitlines())
         + "\n"
     )

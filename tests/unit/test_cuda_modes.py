@@ -10,12 +10,13 @@ import pytest
 from pytest_jetmem.cuda import modes
 from pytest_jetmem.cuda.device import DeviceInfo
 from pytest_jetmem.cuda.modes import (
-    DEFAULT_MODES,
     MODES,
     Allocation,
     DeviceMode,
+    HostAccess,
     ManagedMode,
     MemoryMode,
+    Pool,
     ZeroCopyMode,
     get_mode,
     host_available_bytes,
@@ -40,8 +41,10 @@ def info(**attributes: int) -> DeviceInfo:
 
 def test_builtin_modes_are_registered() -> None:
     assert list(MODES)[:3] == ["device", "managed", "zero_copy"]
-    assert DEFAULT_MODES == ("device", "managed", "zero_copy")
-    assert all(name in MODES for name in DEFAULT_MODES)
+    assert modes.default_names()[:3] == ("device", "managed", "zero_copy")
+    assert modes.names() == tuple(MODES)
+    assert modes.registered() == tuple(MODES.values())
+    assert [m.order for m in modes.registered()] == list(range(len(MODES)))
     assert isinstance(MODES["device"], DeviceMode)
     assert isinstance(MODES["managed"], ManagedMode)
     assert isinstance(MODES["zero_copy"], ZeroCopyMode)
@@ -52,9 +55,13 @@ def test_builtin_modes_are_registered() -> None:
 
 
 def test_mode_properties() -> None:
-    assert (MODES["device"].has_host_view, MODES["device"].pool) == (False, "device")
-    assert (MODES["managed"].has_host_view, MODES["managed"].pool) == (True, "device")
-    assert (MODES["zero_copy"].has_host_view, MODES["zero_copy"].pool) == (True, "host")
+    def facts(name: str) -> tuple[Any, ...]:
+        m = MODES[name]
+        return (m.default, m.host_access, m.has_host_view, m.is_managed, m.crosses_pcie, m.pool, tuple(m.requires))
+
+    assert facts("device") == (True, HostAccess.NONE, False, False, False, Pool.DEVICE, ())
+    assert facts("managed") == (True, HostAccess.MAPPED, True, True, False, Pool.DEVICE, ("MANAGED_MEMORY",))
+    assert facts("zero_copy") == (True, HostAccess.MAPPED, True, False, True, Pool.HOST, ("CAN_MAP_HOST_MEMORY",))
 
 
 def test_get_mode() -> None:
@@ -102,6 +109,14 @@ def test_register_adds_a_new_mode(registry: dict[str, MemoryMode]) -> None:
     assert modes.get_mode("pinned_test") is mode
     assert parse_mode_list("device,pinned_test", "--jetmem-modes") == ("device", "pinned_test")
     assert "pinned_test" not in MODES  # the real registry is untouched
+
+
+def test_the_built_in_modes_pass_the_checks_of_register(registry: dict[str, MemoryMode]) -> None:
+    """They are put in the registry directly (register() imports the driver for its checks)."""
+    registry.clear()
+    for mode in (DeviceMode(), ManagedMode(), ZeroCopyMode()):
+        register(mode)
+    assert list(registry) == ["device", "managed", "zero_copy"]
 
 
 def test_register_rejects_duplicates(registry: dict[str, MemoryMode]) -> None:

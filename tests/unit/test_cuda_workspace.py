@@ -18,12 +18,14 @@ import pytest
 
 from fakes.fake_driver import FakeDriver, error_code
 from memmode_runs import MODES, InstallFake, results
+from pytest_jetmem.correctness import coherence
 from pytest_jetmem.cuda.buffer import Buffer
 from pytest_jetmem.cuda.compiler import KernelCache
 from pytest_jetmem.cuda.device import open_device
 from pytest_jetmem.cuda.session import CudaSession
-from pytest_jetmem.cuda.workspace import COPY, KERNEL, MEMSET, Workspace
+from pytest_jetmem.cuda.workspace import COPY, KERNEL, MEMSET, PREFETCH, Workspace
 from pytest_jetmem.errors import AllocationRefused
+from pytest_jetmem.measure.timing import Sampler
 
 
 # -- teardown ---------------------------------------------------------------------------------------------
@@ -209,6 +211,9 @@ class Recorder:
     def synchronized(self, stream: Any = None) -> None:
         self.events.append(("synchronized", None))
 
+    def synchronized_all(self) -> None:
+        self.events.append(("synchronized_all", None))
+
     def attached(self, buf: Buffer, attachment: Any, queued_on: Any = None, *, pending: bool = False) -> None:
         self.events.append(("attached", pending))
 
@@ -235,6 +240,84 @@ def test_observers_are_told_of_allocations_memsets_copies_and_launches(open_ws: 
         ("queued", KERNEL),
         ("allocated", 0),
     ]
+
+
+def test_observers_see_the_l2_flush_and_the_coherence_probe_memsets(open_ws: Callable[..., Workspace]) -> None:
+    """jetmem's own stream work is queued through the workspace, never on the driver directly."""
+    ws = open_ws("dgpu", "managed")
+    fake = ws.drv
+    assert isinstance(fake, FakeDriver)
+    rec = Recorder()
+    ws.add_observer(rec)
+    sampler = Sampler(ws, lambda: None, flush_l2=True)  # the stream held by the blocker, as when timing
+    try:
+        sampler.sample()
+    finally:
+        sampler.close()
+    assert rec.events == [("queued", MEMSET), ("queued", KERNEL)]  # the L2 flush, then the stream blocker
+    assert fake.count("cuMemsetD8Async") == 1 and fake.count("cuEventRecord") == 2
+    assert "events" not in fake.leaks()  # the sampler's timer destroyed its events
+    rec.events.clear()
+    probe = coherence.launch_probe(ws, ws.empty(64, np.uint32, mode="device"), new_seed=3)
+    assert rec.events == [
+        ("allocated", 256),
+        ("allocated", 16),  # the probe's counters
+        ("queued", MEMSET),  # the mismatch count
+        ("queued", MEMSET),  # the first bad word
+        ("queued", KERNEL),
+    ]
+    assert fake.count("cuMemsetD8Async") == 3 and not probe.result()
+
+
+def test_every_stream_operation_of_the_workspace_is_told(open_ws: Callable[..., Workspace]) -> None:
+    ws = open_ws("dgpu", "managed")
+    fake = ws.drv
+    assert isinstance(fake, FakeDriver)
+    rec = Recorder()
+    ws.add_observer(rec)
+    a, b = ws.empty(16, np.uint8), ws.empty(16, np.uint8)
+    rec.events.clear()
+    src = np.arange(16, dtype=np.uint8)
+    ws.copy_from_host(a.ptr, src.ctypes.data, 16)
+    ws.copy_range(b.ptr + 8, a.ptr, 8)
+    ws.memset_range(a.ptr, 0xFF, 4)
+    ws.prefetch(a.ptr, 16, ws.device.ordinal)
+    ws.advise(a.ptr, 16, "SET_READ_MOSTLY", ws.device.ordinal)  # a hint: no stream work
+    ws.memset_range(a.ptr, 0, 0)  # nothing to set: nothing queued, no driver call
+    ws.synchronize_device()
+    assert rec.events == [
+        ("queued", COPY),
+        ("queued", COPY),
+        ("queued", MEMSET),
+        ("queued", PREFETCH),
+        ("synchronized_all", None),
+    ]
+    assert [c.api for c in fake.calls[-6:]] == [
+        "cuMemcpyHtoDAsync",
+        "cuMemcpyDtoDAsync",
+        "cuMemsetD8Async",
+        "cuMemPrefetchAsync",
+        "cuMemAdvise",
+        "cuCtxSynchronize",
+    ]
+    np.testing.assert_array_equal(b.to_numpy()[8:], src[:8])
+    np.testing.assert_array_equal(a.to_numpy(), [0xFF] * 4 + list(range(4, 16)))
+
+
+def test_a_stream_timer_times_between_its_events(open_ws: Callable[..., Workspace]) -> None:
+    ws = open_ws("dgpu", "device", kernel_ms=0.5)
+    fake = ws.drv
+    assert isinstance(fake, FakeDriver)
+    buf = ws.zeros(32)
+    timer = ws.timer()
+    timer.start()
+    ws.kernel("stream_fill").launch(1, 32, (buf, np.uint64(32), np.float32(1)))
+    timer.stop()
+    timer.wait()
+    assert timer.elapsed_ms() == pytest.approx(0.5)
+    timer.close()
+    assert fake.count("cuEventCreate") == 2 and fake.count("cuEventDestroy") == 2
+    assert "events" not in fake.leaks()
 
 
 def test_a_failed_memset_is_not_reported_as_queued(open_ws: Callable[..., Workspace]) -> None:

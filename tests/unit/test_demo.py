@@ -12,32 +12,24 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Callable
-from typing import Any
 
 import numpy as np
 import pytest
 
 from fakes.fake_driver import FakeDriver, Launch
+from fakes.records import record
 from pytest_jetmem import demo
 from pytest_jetmem.demo.tables import Scenarios, format_tables, split_label, winners
+from pytest_jetmem.measure.record import MeasurementRecord
 
 InstallFake = Callable[..., FakeDriver]
 
 
 # -- the tables ----------------------------------------------------------------------------------------
-def row(label: str, mode: str, median: float, scope: str = "kernel", first: float | None = None) -> dict[str, Any]:
-    """A row as the runtime plugin publishes it (the fields the tables read)."""
-    return {
-        "nodeid": f"test_x.py::test_x[{mode}]",
-        "mode": mode,
-        "key": f"{label}:{scope}",
-        "label": label,
-        "scope": scope,
-        "median": median,
-        "mad": 0.0,
-        "n": 10,
-        "first_call_ms": median * 2 if first is None else first,
-    }
+def row(label: str, mode: str, median: float, scope: str = "kernel", first: float | None = None) -> MeasurementRecord:
+    """A record as the runtime plugin publishes it (the fields the tables read)."""
+    first_call_ms = median * 2 if first is None else first
+    return record(f"test_x.py::test_x[{mode}]", mode, label, median, scope=scope, first_call_ms=first_call_ms)
 
 
 def test_split_label_and_winners() -> None:

@@ -74,7 +74,7 @@ def test_fake_checks_arguments_like_the_driver(fake_driver: FakeDriver) -> None:
     assert fake.live == {}
 
 
-def test_fake_memory_is_real_and_sticky_errors_last_until_reset(fake_driver: FakeDriver) -> None:
+def test_fake_memory_is_real_and_sticky_errors_last_until_the_context_is_gone(fake_driver: FakeDriver) -> None:
     fake = fake_driver
     fake.init()
     dev = fake.device_get(0)
@@ -93,13 +93,16 @@ def test_fake_memory_is_real_and_sticky_errors_last_until_reset(fake_driver: Fak
     for call in (lambda: fake.mem_alloc(4), lambda: fake.mem_free(ptr), fake.ctx_synchronize):
         with pytest.raises(CudaError, match="CUDA_ERROR_ILLEGAL_ADDRESS"):
             call()
-    fake.primary_ctx_reset(dev)
-    assert fake.sticky is None and fake.live == {} and [a.ptr for a in fake.reclaimed] == [ptr]
+    fake.primary_ctx_release(dev)  # the last release destroys the context, and its error with it
+    assert fake.sticky is None
+    fake.ctx_set_current(fake.primary_ctx_retain(dev))  # a fresh context
     with pytest.raises(CudaError, match="CUDA_ERROR_INVALID_HANDLE"):
-        fake.stream_synchronize(stream)  # streams die with the context
+        fake.stream_synchronize(stream)  # streams die with their context
+    with pytest.raises(CudaError, match="CUDA_ERROR_INVALID_VALUE"):
+        fake.mem_free(ptr)  # and so does memory
     fake.ctx_synchronize()
     fake.primary_ctx_release(dev)
-    assert fake.leaks() == {}
+    assert set(fake.leaks()) == {"allocations", "streams"}  # never freed, never destroyed: what a session forgot
 
 
 def test_fake_reports_what_a_session_forgot(fake_driver: FakeDriver) -> None:

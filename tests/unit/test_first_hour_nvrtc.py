@@ -493,3 +493,11 @@ def test_a_float_for_a_template_pointer_parameter_through_a_launch(fake: FakeDri
         msg = str(info.value)
         assert "argument 1 (x): expected a pointer for const float* x" in msg, msg
         assert msg.endswith(f"got {shown}") and "numpy scalar" not in msg
+
+
+def test_unnamed_codes_from_either_bindings_error() -> None:
+    """cuda-bindings 13.0 raises ``KeyError(35)`` for a code its enum lacks, later ones ``ValueError``."""
+    assert driver.unnamed_code(ValueError("35 is not a valid CUresult")) == 35
+    assert driver.unnamed_code(KeyError(35)) == 35
+    assert driver.unnamed_code(KeyError("cuInit")) is None
+    assert driver.unnamed_code(ValueError("something else")) is None

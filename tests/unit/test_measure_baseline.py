@@ -14,6 +14,7 @@ from pytest_jetmem.measure.baseline import (
     FINGERPRINT_FIELDS,
     Baseline,
     BaselineError,
+    BaselineErrorKind,
     BaselineExists,
     BaselineNotFound,
     BaselineStore,
@@ -239,6 +240,7 @@ def test_load_missing_names_the_file(tmp_path: Path) -> None:
     assert isinstance(info.value, BaselineError) and isinstance(info.value, JetmemError)
     assert str(tmp_path / "nope.json") in str(info.value)
     assert info.value.path == tmp_path / "nope.json"
+    assert info.value.kind is BaselineErrorKind.NOT_FOUND
 
 
 def _valid_doc(tmp_path: Path) -> dict:
@@ -273,6 +275,7 @@ def test_corrupt_and_foreign_files_raise_and_stay_byte_identical(tmp_path: Path)
         with pytest.raises(BaselineError) as info:
             store.load(name)
         assert not isinstance(info.value, BaselineNotFound)
+        assert info.value.kind is BaselineErrorKind.UNREADABLE, name
         assert str(path) in str(info.value), name
         assert why in str(info.value), (name, str(info.value))
         assert path.read_bytes() == content, name
@@ -286,6 +289,10 @@ def test_save_refuses_to_replace_an_unreadable_file_unless_asked(tmp_path: Path)
     with pytest.raises(BaselineError, match="version 7") as info:
         store.save("main", H100, entries_of(make_entry(0)), session="s")
     assert str(path) in str(info.value)
+    assert info.value.kind is BaselineErrorKind.CANNOT_ADD  # what --jetmem-save's hint to overwrite it is given on
+    with pytest.raises(BaselineError, match="version 7") as info:
+        store.save("main", H100, entries_of(make_entry(0)), session="s", append=True)
+    assert info.value.kind is BaselineErrorKind.CANNOT_ADD
     assert path.read_bytes() == junk
     store.save("main", H100, entries_of(make_entry(0)), session="s", overwrite=True)
     assert (tmp_path / "main.json.prev").read_bytes() == junk
@@ -300,6 +307,7 @@ def test_other_session_is_not_overwritten_silently(tmp_path: Path) -> None:
     with pytest.raises(BaselineExists) as info:
         store.save("main", H100, entries_of(make_entry(1)), session="new")
     assert str(path) in str(info.value) and "old" in str(info.value)
+    assert info.value.kind is BaselineErrorKind.EXISTS
     assert path.read_bytes() == before
     assert not (tmp_path / "main.json.prev").exists()
 
@@ -330,6 +338,7 @@ def test_same_session_from_another_machine_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(BaselineError, match="device_name: 'Orin' != 'NVIDIA H100 80GB HBM3'") as info:
         store.save("main", H100, entries_of(make_entry(1)), session="s", overwrite=True)
     assert str(path) in str(info.value)
+    assert info.value.kind is BaselineErrorKind.OTHER_MACHINE
     assert path.read_bytes() == before
     # clock drift between workers of one session is not a different machine
     drifted = Machine.from_dict({**ORIN.to_dict(), "gpu_cur_freq_hz": 612_000_000})

@@ -1,75 +1,151 @@
-"""plugin.children: the parent's options a ``memmode_concurrency`` child needs, and the child's argv."""
+"""plugin.children: what a child gets of the parent's command line, its argv, and the spawn every child goes through."""
 
 from __future__ import annotations
 
 import os
+import sys
+import textwrap
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from concurrency_runs import PLUGIN
-from pytest_jetmem.plugin.children import child_argv, forwarded_args, session_argv
+from pytest_jetmem.measure.baseline import WINDOW_SESSIONS
+from pytest_jetmem.plugin import options
+from pytest_jetmem.plugin.children import PARENT_SESSION_ENV, Child, child_args, child_argv, child_env
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="child processes need POSIX process groups")
 
+# A plugin with options of its own: children get them as the parent was given them.
+OTHER_PLUGIN = """
+def pytest_addoption(parser):
+    parser.addoption("--other-value", default=None)
+    parser.addoption("--other-flag", action="store_true")
+"""
 
-# ----------------------------------------------------------------------------------------------------------
-# The child's command line
 
+@pytest.fixture
+def parse(pytester: pytest.Pytester) -> Callable[..., pytest.Config]:
+    pytester.makeini("[pytest]\n")
+    pytester.makepyfile(otherplugin=OTHER_PLUGIN, test_a="def test_x():\n    pass\n")
+    pytester.syspathinsert()
 
-TAKES_VALUE = {"--jetmem-modes", "--jetmem-cache-dir", "--basetemp", "--tb", "--rootdir", "-k", "--confcutdir"}
+    def parse(*args: str) -> pytest.Config:
+        return pytester.parseconfigure(*PLUGIN, "-p", "otherplugin", *args)
+
+    return parse
 
 
 @pytest.mark.parametrize(
-    ("args", "expected"),
+    ("args", "kept"),
     [
-        (["tests", "-x", "-k", "foo"], []),
-        (["-p", "myplugin", "-pother", "-p", "no:randomly"], ["-p", "myplugin", "-pother", "-p", "no:randomly"]),
-        (["--jetmem-tegra-strict", "tests"], ["--jetmem-tegra-strict"]),
-        (["--jetmem-modes", "managed", "t.py"], ["--jetmem-modes", "managed"]),
-        (["--jetmem-modes=managed,device"], ["--jetmem-modes=managed,device"]),
-        (["--basetemp", "/tmp/x", "--jetmem-cache-dir", "c"], ["--jetmem-cache-dir", "c"]),
-        (
-            ["-o", "xfail_strict=true", "-Werror", "-W", "ignore"],
-            ["-o", "xfail_strict=true", "-Werror", "-W", "ignore"],
-        ),
-        (["-c", "my.ini", "--rootdir=r", "--strict-markers", "--tb", "short"], None),
-        (["-v", "-q", "-s", "--lf", "--co"], []),
-        (["--", "-p", "x"], []),
+        (["test_a.py", "-x", "-k", "foo"], ["-x", "-k", "foo"]),
+        (["-p", "no:randomly", "-pno:other"], None),
+        (["--other-value", "v", "--other-flag", "test_a.py::test_x"], ["--other-value", "v", "--other-flag"]),
+        (["--other-value=test_a.py", "test_a.py"], ["--other-value=test_a.py"]),
+        (["--jetmem-tegra-strict", "--jetmem-modes", "managed", "--jetmem-compare=main"], None),
+        (["-o", "xfail_strict=true", "-Werror", "-W", "ignore", "--tb", "short"], None),
+        (["--jetmem-save", "--jetmem-overwrite", "--jetmem-runs", "2"], ["--jetmem-runs", "2"]),
+        (["--jetmem-save", "main", "--jetmem-report=r.html", "--jetmem-benchmark-json", "b.json"], []),
+        (["--jetmem-against", "."], []),
+        (["--basetemp", "/tmp/x", "--rootdir=.", "-c", "tox.ini", "--junitxml", "j.xml"], []),
+        (["-s", "--capture=no", "--lf", "--sw", "-n", "2", "--dist", "load", "-v"], ["-v"]),
+        (["-v", "--", "test_a.py"], ["-v"]),
     ],
 )
-def test_forwarded_args(args: list[str], expected: list[str] | None) -> None:
-    got = forwarded_args(args, lambda name: name in TAKES_VALUE)
-    assert got == (args if expected is None else expected)
+def test_child_args(parse: Callable[..., pytest.Config], args: list[str], kept: list[str] | None) -> None:
+    """The parent's own command line less what a child must not get: other plugins' options come along."""
+    config = parse(*args)
+    assert child_args(config) == [*PLUGIN, "-p", "otherplugin", *(args if kept is None else kept)]
 
 
-def test_child_argv(pytester: pytest.Pytester, tmp_path: Path) -> None:
-    pytester.makeini("[pytest]\n")
-    config = pytester.parseconfigure(*PLUGIN, "--jetmem-tegra-strict", "-k", "x", "--basetemp", str(tmp_path / "b"))
-    argv = child_argv(config, "sub/test_a.py::TestC::test_x[managed-1]", "/tmp/child-basetemp")
-    root = str(config.rootpath)
-    assert argv[1:3] == ["-m", "pytest"]
-    assert argv[3] == os.path.join(root, "sub", "test_a.py") + "::TestC::test_x[managed-1]"
-    assert argv[4:7] == ["-p", "no:cacheprovider", "-q"]
-    assert f"--rootdir={root}" in argv
-    assert argv[argv.index("-c") + 1] == str(config.inipath)
-    assert "--basetemp=/tmp/child-basetemp" in argv
-    assert str(tmp_path / "b") not in argv and "-k" not in argv
-    assert "--jetmem-tegra-strict" in argv
-    for arg in PLUGIN:
-        assert arg in argv
+def test_parent_only_settings_come_from_the_option_table() -> None:
+    parent_only = {s.flag for s in options.parent_only()}
+    assert parent_only == {
+        "--jetmem-save",
+        "--jetmem-overwrite",
+        "--jetmem-report",
+        "--jetmem-benchmark-json",
+        "--jetmem-against",
+    }
+    assert options.setting("window").ini_default == str(WINDOW_SESSIONS)
 
 
-def test_session_argv_of_a_driven_child(pytester: pytest.Pytester, tmp_path: Path) -> None:
-    """The against and relay children: the parent's ini and options, none of its outputs, its files only."""
-    pytester.makeini("[pytest]\njetmem_report = out/r.html\n")
-    pytester.makepyfile(test_a="def test_x():\n    pass\n")
-    config = pytester.parseconfigure(*PLUGIN, "--jetmem-tegra-strict", "--jetmem-report=x.html", "-c", "tox.ini")
+def test_child_argv(parse: Callable[..., pytest.Config], pytester: pytest.Pytester, tmp_path: Path) -> None:
+    config = parse("--jetmem-tegra-strict", "-k", "x", "--basetemp", str(tmp_path / "b"), "--jetmem-report=r.html")
     root = Path(config.rootpath)
-    argv = session_argv(config, root, tmp_path / "bt", ["test_a.py", "gone.py"], ("--jetmem-report",))
+    argv = child_argv(config, root, tmp_path / "bt", ["sub/test_a.py::TestC::test_x[managed-1]", "test_a.py"])
     assert argv[1:3] == ["-m", "pytest"]
+    assert argv[3:6] == ["-p", "no:cacheprovider", "-q"]
+    assert f"--rootdir={root}" in argv
     assert argv[argv.index("-c") + 1] == str(config.inipath) and argv.count("-c") == 1
-    assert f"--basetemp={tmp_path / 'bt'}" in argv and "--jetmem-tegra-strict" in argv
-    assert "--jetmem-report=x.html" not in argv
-    assert argv[argv.index("-o", argv.index("--jetmem-tegra-strict")) + 1] == "jetmem_report="
-    assert argv[-1] == str(root / "test_a.py")  # gone.py is not in that tree
+    assert f"--basetemp={tmp_path / 'bt'}" in argv and str(tmp_path / "b") not in argv
+    assert "--jetmem-tegra-strict" in argv and argv[argv.index("-k") + 1] == "x"
+    assert "--jetmem-report=r.html" not in argv
+    overrides = [argv[i + 1] for i, a in enumerate(argv) if a == "-o"]
+    assert {"jetmem_report=", "jetmem_against="} <= set(overrides)  # their ini keys are cleared too
+    assert argv[-1] == str(root / "test_a.py")  # sub/test_a.py is not in that tree
+
+
+def test_child_env_names_the_parent_session(parse: Callable[..., pytest.Config]) -> None:
+    config = parse()
+    env = child_env(config, EXTRA="1")
+    assert env["EXTRA"] == "1" and env[PARENT_SESSION_ENV]
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The one spawn: own process group, deadline, the whole group killed at the end
+
+
+def _gone(pid: int, within_s: float = 10.0) -> bool:
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        try:
+            if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+                return True
+        except OSError:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+HANGS = """
+import os, signal, subprocess, sys, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+g = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+fd = int(os.environ["PYTEST_JETMEM_CHANNEL"].split(",")[1])
+os.write(fd, ("{\\"collected\\": [%d, %d]}\\n" % (os.getpid(), g.pid)).encode())
+time.sleep(600)  # never reads a command
+"""
+
+
+def test_a_child_that_does_not_quit_is_killed_with_its_group(tmp_path: Path) -> None:
+    argv = [sys.executable, "-c", textwrap.dedent(HANGS)]
+    child = Child.start("stuck side", argv, cwd=tmp_path, env=dict(os.environ), workdir=tmp_path)
+    pid, grandchild = child.answer(timeout_s=30)["collected"]
+    assert os.getpgid(pid) == pid != os.getpgid(0)  # its own process group
+    with pytest.raises(RuntimeError, match=r"the stuck side sent nothing for 0\.5 s"):
+        child.answer(timeout_s=0.5)
+    start = time.monotonic()
+    assert child.close(timeout_s=1) is None
+    assert time.monotonic() - start < 20
+    assert child.spawned.timed_out
+    assert _gone(pid) and _gone(grandchild), "the child's process group outlived close()"
+
+
+def test_a_child_that_ends_early_says_so_with_its_output(tmp_path: Path) -> None:
+    code = "import sys; print('out line'); print('err line', file=sys.stderr); sys.exit(3)"
+    child = Child.start(
+        "fresh session", [sys.executable, "-c", code], cwd=tmp_path, env=dict(os.environ), workdir=tmp_path
+    )
+    try:
+        with pytest.raises(RuntimeError, match=r"(?s)the fresh session's pytest ended \(exit status 3\).*out.*err"):
+            child.answer()
+    finally:
+        child.close()

@@ -7,9 +7,12 @@ conftest in the pytester folder (concurrency_runs.fake_conftest), so the child p
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -77,7 +80,7 @@ def test_null_write_expected():
 
 @pytest.mark.memmode_concurrency
 def test_survives(tmp_path):
-    assert "PYTEST_JETMEM_CHILD_RESULT" not in os.environ  # a pytest started from here is no child
+    assert not [k for k in os.environ if k.startswith("PYTEST_JETMEM_")]  # a pytest started from here is no child
     print("child output", tmp_path)
 
 def test_after_the_faults():
@@ -252,15 +255,19 @@ from pytest_jetmem.plugin import concurrency as plugin_concurrency
 
 @pytest.mark.memmode_concurrency
 def test_sees_the_options(request, from_plugin):
-    child = plugin_concurrency.concurrency_session(request.config).child
+    child = plugin_concurrency.concurrency_session(request.config)
     assert child.nodeid == request.node.nodeid and child.target is request.node  # the same nodeid as the parent's
     assert request.config.getoption("jetmem_tegra_strict") is True
     assert request.config.getoption("jetmem_modes") == "managed"
+    assert request.config.getoption("colour") == "blue"  # another plugin's option, with its value
     assert from_plugin == "loaded"
 """
 
 LOCAL_PLUGIN = """
 import pytest
+
+def pytest_addoption(parser):
+    parser.addoption("--colour", default=None)
 
 @pytest.fixture
 def from_plugin():
@@ -273,5 +280,90 @@ def test_child_gets_the_options_and_plugins(
 ) -> None:
     pytester.makepyfile(localplugin=LOCAL_PLUGIN)
     pytester.syspathinsert()
-    result = run_fake(FORWARDED, "-p", "localplugin", "--jetmem-tegra-strict", "--jetmem-modes", "managed")
+    result = run_fake(
+        FORWARDED, "-p", "localplugin", "--colour", "blue", "--jetmem-tegra-strict", "--jetmem-modes", "managed"
+    )
     assert outcomes(result) == {"test_sees_the_options": "PASSED"}
+
+
+# ----------------------------------------------------------------------------------------------------------
+# A child's measurements come back to the parent; a child never saves a baseline
+
+MEASURED = """
+import pytest
+
+SRC = 'extern "C" __global__ void scale(float* x) { x[threadIdx.x] *= 2; }'
+
+
+def timed(jetmem, label):
+    x = jetmem.zeros(32)
+    k = jetmem.compile(SRC, "scale")
+    jetmem.measure(lambda: k.launch(1, 32, (x,)), label=label)
+
+
+@pytest.mark.memmode("device")
+def test_in_parent(jetmem):
+    timed(jetmem, "parent")
+
+
+@pytest.mark.memmode("device")
+@pytest.mark.memmode_concurrency
+def test_in_child(jetmem):
+    timed(jetmem, "child")
+"""
+
+
+def _files(folder: Path) -> list[str]:
+    """The baseline files in ``folder`` (not their locks)."""
+    return sorted(p.name for p in folder.iterdir() if not p.name.endswith(".lock"))
+
+
+def _baseline(path: Path) -> dict[str, Any]:
+    data = json.loads(path.read_text())
+    assert isinstance(data, dict)
+    return data
+
+
+@pytest.mark.parametrize("given", ["command line", "addopts"])
+def test_a_child_measurement_reaches_table_baseline_report_and_json(
+    run_fake: Callable[..., pytest.RunResult], pytester: pytest.Pytester, given: str
+) -> None:
+    """The child's row is in the parent's table, report and JSON; its entry in the parent's baseline. The child saves
+    nothing, also where ``--jetmem-save`` comes from the ini file's addopts, which the child reads too."""
+    save = ["--jetmem-save=main"]
+    if given == "addopts":
+        pytester.makeini(f"[pytest]\naddopts = {save.pop()}\n")
+    result = run_fake(
+        MEASURED, *save, "--jetmem-max-time=0.05", "--jetmem-report=out/r.html",
+        "--jetmem-benchmark-json=out/b.json", parent="dgpu", child="dgpu",
+    )  # fmt: skip
+    assert outcomes(result) == {"test_in_parent[device]": "PASSED", "test_in_child[device]": "PASSED"}
+    result.stdout.fnmatch_lines(["*jetmem runtimes*", "*test_in_child?device?*device*child:kernel*"])
+    baselines = pytester.path / ".jetmem" / "baselines"
+    assert _files(baselines) == ["main.json"]  # the child saved nothing of its own
+    base = _baseline(baselines / "main.json")
+    assert sorted(e["nodeid"].rsplit("::", 1)[-1] for e in base["entries"].values()) == [
+        "test_in_child[device]",
+        "test_in_parent[device]",
+    ]
+    assert all(set(e.get("run_sessions", [base["session"]])) == {base["session"]} for e in base["entries"].values())
+    assert len(json.loads((pytester.path / "out" / "r.json").read_text())["rows"]) == 2
+    assert len(json.loads((pytester.path / "out" / "b.json").read_text())["benchmarks"]) == 2
+
+
+def test_overwrite_keeps_the_real_previous_baseline(
+    run_fake: Callable[..., pytest.RunResult], pytester: pytest.Pytester
+) -> None:
+    args = ("--jetmem-save=main", "--jetmem-max-time=0.05")
+    run_fake(MEASURED, *args, parent="dgpu", child="dgpu").assert_outcomes(passed=2)
+    baselines = pytester.path / ".jetmem" / "baselines"
+    first = _baseline(baselines / "main.json")
+    run_fake(MEASURED, *args, "--jetmem-overwrite", parent="dgpu", child="dgpu").assert_outcomes(passed=2)
+    assert _files(baselines) == ["main.json", "main.json.prev"]
+    assert _baseline(baselines / "main.json.prev") == first  # the real previous baseline, both tests
+    second = _baseline(baselines / "main.json")
+    assert second["session"] != first["session"]
+    assert len(second["entries"]) == 2
+    assert all(
+        set(e.get("run_sessions", [second["session"]])) == {second["session"]} for e in second["entries"].values()
+    )

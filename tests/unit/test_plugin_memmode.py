@@ -251,6 +251,19 @@ def test_bad_marker_fails_collection_naming_test_and_value(
 
 
 # -- report header ----------------------------------------------------------------------------------------
+#: A file with one jetmem test: the device lines come after collection, where a collected test is jetmem's.
+JETMEM_AND_PLAIN = """
+import pytest
+
+@pytest.mark.memmode("device")
+def test_gpu(memmode):
+    pass
+
+def test_plain():
+    pass
+"""
+
+
 @pytest.mark.parametrize(
     ("profile", "overrides"),
     [("orin", {}), ("dgpu", {"PAGEABLE_MEMORY_ACCESS": 1}), ("orin_no_map_host", {})],
@@ -259,7 +272,7 @@ def test_report_header_shows_device_and_memory_attributes(
     pytester: pytest.Pytester, install_fake_driver: InstallFake, profile: str, overrides: dict[str, int]
 ) -> None:
     fake = install_fake_driver(profile, attributes=overrides)
-    pytester.makepyfile("def test_plain():\n    pass\n")
+    pytester.makepyfile(JETMEM_AND_PLAIN)
     result = pytester.runpytest()
     attrs = fake.attributes
     cc = f"{attrs['COMPUTE_CAPABILITY_MAJOR']}.{attrs['COMPUTE_CAPABILITY_MINOR']}"
@@ -281,7 +294,7 @@ def test_report_header_shows_device_and_memory_attributes(
         ]
     )
     result.stdout.no_fnmatch_line("*GPU tests will be skipped*")
-    result.assert_outcomes(passed=1)
+    result.assert_outcomes(passed=2)
 
 
 def test_report_header_values_come_from_the_driver(pytester: pytest.Pytester, install_fake_driver: InstallFake) -> None:
@@ -291,7 +304,7 @@ def test_report_header_values_come_from_the_driver(pytester: pytest.Pytester, in
         driver_version=13000,
         attributes={"COMPUTE_CAPABILITY_MAJOR": 11, "COMPUTE_CAPABILITY_MINOR": 0, "CONCURRENT_MANAGED_ACCESS": 1},
     )
-    pytester.makepyfile("def test_plain():\n    pass\n")
+    pytester.makepyfile(JETMEM_AND_PLAIN)
     result = pytester.runpytest()
     result.stdout.fnmatch_lines(
         [
@@ -309,13 +322,31 @@ def test_report_header_says_why_gpu_tests_skip(
     pytester: pytest.Pytester, install_fake_driver: InstallFake, profile: str, reason: str
 ) -> None:
     install_fake_driver(profile)
-    pytester.makepyfile("def test_plain():\n    pass\n")
+    pytester.makepyfile(JETMEM_AND_PLAIN)
     result = pytester.runpytest()
     result.stdout.fnmatch_lines([f"jetmem: GPU tests will be skipped: {reason}*"])
     if profile == "no_nvrtc":  # the device was probed: its facts are still shown
         result.stdout.fnmatch_lines(["jetmem: device 0: Orin, *NVRTC missing*"])
     else:
         result.stdout.no_fnmatch_line("jetmem: memory attributes:*")
+
+
+def test_the_device_is_said_after_collection_and_only_for_jetmem_tests(
+    pytester: pytest.Pytester, fake_driver: FakeDriver
+) -> None:
+    """The header names the modes; the device is opened, and said, after collection where a test is jetmem's."""
+    pytester.makepyfile(test_plain="def test_plain():\n    pass\n")
+    result = pytester.runpytest("test_plain.py")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["jetmem: modes selected: all"])
+    result.stdout.no_fnmatch_line("jetmem: device 0:*")
+    assert fake_driver.count("cuInit") == 0  # a run without jetmem tests never opens the device
+    pytester.makepyfile(test_gpu=JETMEM_AND_PLAIN)
+    result = pytester.runpytest("test_gpu.py")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(["jetmem: modes selected: all", "collected 2 items", "jetmem: device 0: Orin, *"])
+    quiet = pytester.runpytest("-q", "test_gpu.py")  # -q shows no header: no device lines either
+    quiet.stdout.no_fnmatch_line("jetmem: device 0:*")
 
 
 def test_jetmem_device_fixture(pytester: pytest.Pytester, fake_driver: FakeDriver) -> None:

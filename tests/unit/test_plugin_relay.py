@@ -187,3 +187,21 @@ def test_a_fresh_session_that_dies_fails_that_test_and_the_next_gets_another(pro
             "*15 later GPU test(s) ran in 2 fresh session(s)*",
         ]
     )
+
+
+def test_overwrite_keeps_the_real_previous_baseline(pytester: pytest.Pytester) -> None:
+    """The fresh session saves nothing of its own: the parent saves its entries, so --jetmem-overwrite keeps the
+    real previous baseline as .prev and the new one holds both processes' measurements."""
+    pytester.makeconftest(CONFTEST)
+    pytester.makepyfile(test_rt=RUNTIME)
+    args = ("-p", "no:randomly", "-p", "no:xdist", "--jetmem-save=main", "--jetmem-max-time=0.05")
+    pytester.runpytest_subprocess(*args).assert_outcomes(passed=3, failed=1)
+    baselines = pytester.path / ".jetmem" / "baselines"
+    first = json.loads((baselines / "main.json").read_text())
+    pytester.runpytest_subprocess(*args, "--jetmem-overwrite").assert_outcomes(passed=3, failed=1)
+    assert json.loads((baselines / "main.json.prev").read_text()) == first
+    second = json.loads((baselines / "main.json").read_text())
+    assert second["session"] != first["session"] and len(second["entries"]) == 3
+    assert all(
+        set(e.get("run_sessions", [second["session"]])) == {second["session"]} for e in second["entries"].values()
+    )

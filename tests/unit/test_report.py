@@ -28,6 +28,8 @@ import pytest
 
 from fakes.fake_driver import FakeDriver, Launch, conftest_source
 from pytest_jetmem.measure.baseline import BaselineStore
+from pytest_jetmem.measure.record import MeasurementRecord
+from pytest_jetmem.plugin.judging import report_records
 from pytest_jetmem.report import charts as report_charts
 from pytest_jetmem.report.html import json_path_for, render_html, write_report
 from pytest_jetmem.report.rows import group_name, group_rows, load_trends
@@ -113,13 +115,17 @@ def timed_fake(install: InstallFake, scale: float = 1.0, seed: int = 0) -> FakeD
     return fake
 
 
-def rows_of(reprec: Any) -> list[dict[str, Any]]:
-    """The rows the runtime plugin published on the call reports of an inline run."""
+def rows_of(reprec: Any) -> list[MeasurementRecord]:
+    """The records the runtime plugin published on the call reports of an inline run."""
     out = []
     for rep in reprec.getreports("pytest_runtest_logreport"):
-        if rep.when == "call":
-            out.extend(getattr(rep, "jetmem_rows", None) or [])
+        out.extend(report_records(rep))
     return out
+
+
+def as_json(rows: list[MeasurementRecord]) -> Any:
+    """The records' JSON objects, as a JSON document holds them."""
+    return json.loads(json.dumps([r.to_json() for r in rows]))
 
 
 def run_sessions(pytester: pytest.Pytester, install: InstallFake, sessions: int = 3) -> tuple[Any, Path]:
@@ -213,7 +219,7 @@ def test_report_of_a_session_has_every_row_one_chart_per_test_and_a_json_twin(
 
     # The JSON twin holds the rows exactly as the plugin published them.
     assert twin["format"] == "pytest-jetmem-report" and twin["version"] == 1
-    assert twin["rows"] == json.loads(json.dumps(rows))
+    assert twin["rows"] == as_json(rows)
     assert twin["machine"]["device_name"] == "Orin"
 
     # One table row per measurement, in a table with the documented columns.
@@ -223,8 +229,8 @@ def test_report_of_a_session_has_every_row_one_chart_per_test_and_a_json_twin(
     for col in ("median ms", "MAD ms", "n", "ratio to ref.", "first call ms", "vs baseline", "verdict"):
         assert f"<th>{col}</th>" in body
     for r in rows:  # the item's name, the node id in the tooltip
-        assert f'<td class="test" title="{r["nodeid"]}"><a href="#' in body
-        assert f">{r['nodeid'].split('::', 1)[1]}</a>" in body
+        assert f'<td class="test" title="{r.nodeid}"><a href="#' in body
+        assert f">{r.nodeid.split('::', 1)[1]}</a>" in body
     assert "1.00x device*" in body  # ratio of medians where no side-by-side ratio was measured
     assert 'class="fail">FAIL ratio</td>' in body  # zero_copy is ~5x device, over max_ratio=1.5
     assert "x device</td>" in body
@@ -254,7 +260,7 @@ def test_report_escapes_odd_test_names(pytester: pytest.Pytester, install_fake_d
     out = pytester.path / "odd.html"
     reprec = pytester.inline_run("-p", "no:cacheprovider", f"--jetmem-report={out}")
     rows = rows_of(reprec)
-    assert len(rows) == 2 and any("<script>" in r["nodeid"] for r in rows)
+    assert len(rows) == 2 and any("<script>" in r.nodeid for r in rows)
     page = out.read_text(encoding="utf-8")
     assert "<script>alert" not in page and "<b>odd</b>" not in page
     assert "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt; &amp; &quot;q&quot; " in page  # pytest escapes ünï
@@ -263,7 +269,7 @@ def test_report_escapes_odd_test_names(pytester: pytest.Pytester, install_fake_d
     assert d.tags.get("script", 0) == 1  # only the page's own sorting script
     assert "alert" not in "".join(d.script_text)
     assert_offline(page)
-    assert json.loads(json_path_for(out).read_text(encoding="utf-8"))["rows"] == json.loads(json.dumps(rows))
+    assert json.loads(json_path_for(out).read_text(encoding="utf-8"))["rows"] == as_json(rows)
 
 
 def test_report_without_measurements_says_so(pytester: pytest.Pytester, fake_driver: FakeDriver) -> None:
@@ -308,29 +314,32 @@ def test_only_the_xdist_controller_writes_the_report(pytester: pytest.Pytester, 
 
 
 # -- render_html and write_report on their own -------------------------------------------------------------
-def synthetic_rows() -> list[dict[str, Any]]:
+def synthetic_rows() -> list[MeasurementRecord]:
     rows = []
     for mode, med in (("device", 0.31), ("managed", 0.32), ("zero_copy", 1.69)):
         rows.append(
-            {
-                "nodeid": f"t.py::test_conv[45x45-{mode}]",
-                "mode": mode,
-                "key": "conv:kernel",
-                "label": "conv",
-                "scope": "kernel",
-                "median": med,
-                "mad": med * 0.01,
-                "p5": med * 0.97,
-                "p95": med * 1.05,
-                "min": med * 0.95,
-                "n": 12,
-                "first_call_ms": med * 3,
-                "first_call_wall_ms": med * 3.2,
-                "stop_reason": "noise",
-                "runs": 1,
-                "samples": [med] * 12,
-                "verdict": "reported",
-            }
+            MeasurementRecord.from_json(
+                {
+                    "version": 1,
+                    "nodeid": f"t.py::test_conv[45x45-{mode}]",
+                    "mode": mode,
+                    "key": "conv:kernel",
+                    "label": "conv",
+                    "scope": "kernel",
+                    "median": med,
+                    "mad": med * 0.01,
+                    "p5": med * 0.97,
+                    "p95": med * 1.05,
+                    "min": med * 0.95,
+                    "n": 12,
+                    "first_call_ms": med * 3,
+                    "first_call_wall_ms": med * 3.2,
+                    "stop_reason": "noise",
+                    "runs": 1,
+                    "samples": [med] * 12,
+                    "verdict": "reported",
+                }
+            )
         )
     return rows
 
@@ -375,9 +384,7 @@ def test_trends_leave_out_other_machines_and_unreadable_baselines(tmp_path: Path
     rows = synthetic_rows()
     for name, machine, scale in (("a", here, 1.0), ("b", there, 9.0), ("c", here, 1.1)):
         entries = {
-            entry_key(r["nodeid"], r["mode"], r["key"]): Entry(
-                r["nodeid"], r["mode"], r["key"], tuple(np.full(5, r["median"] * scale))
-            )
+            entry_key(r.nodeid, r.mode, r.key): Entry(r.nodeid, r.mode, r.key, tuple(np.full(5, r.median * scale)))
             for r in rows
         }
         store.save(name, machine, entries, session=f"s-{name}")
@@ -386,7 +393,7 @@ def test_trends_leave_out_other_machines_and_unreadable_baselines(tmp_path: Path
     assert trends.baselines == ["a", "c"]
     assert any("another machine" in n and "b" in n for n in trends.notes)
     assert any("could not be read" in n and "broken" in n for n in trends.notes)
-    pts = trends.of(rows[0]["nodeid"], "device", "conv:kernel")
+    pts = trends.of(rows[0].nodeid, "device", "conv:kernel")
     assert [(p.label, round(p.median, 4)) for p in pts] == [("a", 0.31), ("c", 0.341), ("this run", 0.31)]
     # One baseline holding a test is no trend.
     assert load_trends(BaselineStore(tmp_path / "none"), rows, here).points == {}

@@ -128,15 +128,15 @@ def _indices(n: int, sl: slice) -> range:
 
 # -- the host side ------------------------------------------------------------------------------------------------
 def host_words(ws: Workspace, buf: Buffer) -> np.ndarray:
-    """The buffer's host view as a flat array of words (managed, zero_copy; no synchronisation here)."""
+    """The buffer's host view as a flat array of words (a mode with a host view; no synchronisation here)."""
     return buf.host.reshape(-1).view(word_dtype(buf.dtype))
 
 
 def cpu_read(ws: Workspace, buf: Buffer, sl: slice = slice(None)) -> np.ndarray:
     """A copy of words ``sl`` as the CPU sees them after the mode's synchronisation.
 
-    ``managed``/``zero_copy``: wait for jetmem's stream, then read the host view. ``device``: a
-    device-to-host copy (after the stream).
+    A mode with a host view (managed, zero_copy): wait for jetmem's stream, then read the host view. Other modes
+    (device): the mode's host read of the span (a device-to-host copy), after the stream.
     """
     n = word_count(buf)
     rng = _indices(n, sl)
@@ -149,15 +149,16 @@ def cpu_read(ws: Workspace, buf: Buffer, sl: slice = slice(None)) -> np.ndarray:
         return np.empty(0, wdt)
     lo, hi = min(rng[0], rng[-1]), max(rng[0], rng[-1]) + 1
     out = np.empty(hi - lo, wdt)
-    ws.drv.memcpy_dtoh(out.ctypes.data, buf.ptr + lo * wdt.itemsize, out.nbytes)
+    buf.memory_mode.read_host(ws.drv, buf.allocation, out, lo * wdt.itemsize)
     return out[rng[0] - lo :: rng.step]
 
 
 def cpu_write(ws: Workspace, buf: Buffer, values: Any, sl: slice = slice(None)) -> None:
     """Write ``values`` (words) to words ``sl`` from the host, the way the mode requires.
 
-    ``managed``/``zero_copy``: wait for jetmem's stream (never write host-visible memory the GPU may be
-    using), then store through the host view. ``device``: host-to-device copies after the stream.
+    A mode with a host view (managed, zero_copy): wait for jetmem's stream (never write host-visible memory the
+    GPU may be using), then store through the host view. Other modes (device): the mode's host writes (host-to-
+    device copies) after the stream.
     """
     n = word_count(buf)
     rng = _indices(n, sl)
@@ -174,9 +175,9 @@ def cpu_write(ws: Workspace, buf: Buffer, values: Any, sl: slice = slice(None)) 
         chunk = np.ascontiguousarray(vals if rng.step > 0 else vals[::-1])
     else:  # a strided slice: read the span, change it, write it back
         chunk = np.empty(hi - lo, wdt)
-        ws.drv.memcpy_dtoh(chunk.ctypes.data, buf.ptr + lo * wdt.itemsize, chunk.nbytes)
+        buf.memory_mode.read_host(ws.drv, buf.allocation, chunk, lo * wdt.itemsize)
         chunk[rng[0] - lo :: rng.step][: len(rng)] = vals
-    ws.drv.memcpy_htod(buf.ptr + lo * wdt.itemsize, chunk.ctypes.data, chunk.nbytes)
+    buf.memory_mode.write_host(ws.drv, buf.allocation, chunk, lo * wdt.itemsize)
 
 
 def cpu_touch(ws: Workspace, buf: Buffer, pattern_seed: int | None = None, sl: slice = slice(None)) -> int:
@@ -301,9 +302,8 @@ def launch_probe(
     flags = (CHECK if expect_seed is not None else 0) | (WRITE if new_seed is not None else 0)
     owns = result is None
     res = result_buffer(ws) if result is None else result
-    drv, stream = ws.drv, ws.stream
-    drv.memset_d8(res.ptr, 0, 8, stream)
-    drv.memset_d8(res.ptr + 8, 0xFF, 8, stream)
+    ws.memset_range(res.ptr, 0, 8)  # the mismatch count
+    ws.memset_range(res.ptr + 8, 0xFF, 8)  # the first bad word (an atomicMin)
     sms = ws.device.attr("MULTIPROCESSOR_COUNT") or 1
     grid = max(1, min((count + BLOCK - 1) // BLOCK, sms * 32))
     probe_kernel(ws, wdt).launch(
@@ -362,7 +362,7 @@ class GpuTouch(NamedTuple):
 # -- the round trips the marker checks -----------------------------------------------------------------------------
 def prepare(ws: Workspace, buf: Buffer) -> None:
     """Put a buffer in a state every probe may use: managed memory attached globally again."""
-    if buf.mode == "managed" and buf.nbytes:
+    if buf.memory_mode.is_managed and buf.nbytes:
         attach(ws, buf, driver.MEM_ATTACH_GLOBAL, wait=False)
 
 

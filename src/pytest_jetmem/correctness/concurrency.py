@@ -1,7 +1,8 @@
 """The ``memmode_concurrency`` marker's arguments and verdict: how a test's child process ended, judged (GPU-free).
 
-The parent runs the test in a child (:func:`pytest_jetmem.correctness.isolation.run_child`) and decides with
-:func:`judge` whether that end is what ``expect`` asked for on this device.
+The parent runs the test in a child (:class:`pytest_jetmem.correctness.isolation.Spawned`, its end classified by
+:func:`~pytest_jetmem.correctness.isolation.classify`) and decides with :func:`judge` whether that end is what
+``expect`` asked for on this device.
 """
 
 from __future__ import annotations

@@ -1,16 +1,14 @@
-"""Run a test in a fresh child process and classify how it ended.
+"""Child processes: start one in its own process group (:class:`Spawned`), and classify how a test's child ended.
 
-The ``memmode_concurrency`` marker runs its test in a new interpreter (spawned, never forked after CUDA
-initialisation), because on a device without concurrent managed access a CPU touch of managed memory while a
-kernel runs kills the whole process. This module is the GPU-free half of that: start the child in its own
-session, enforce a timeout on its whole process group, collect its output and the result it wrote, and turn
-all of it into an :class:`Outcome` with a readable explanation.
-
-Child protocol: the parent puts a file path in the environment variable :data:`CHILD_RESULT_ENV`; the child
-calls :func:`write_child_result` once it knows how the test went. The file holds JSON
-``{"outcome": "passed" | "failed" | "skipped", "message": str, "cuda_error": str | None}``. How the child
-*ended* (exit status or signal) always wins over what it wrote: a child that writes "passed" and then dies of
-SIGSEGV is a :attr:`Outcome.FAULT`.
+Every child of pytest-jetmem is a :class:`Spawned`: a new interpreter (fork+exec, never a fork after CUDA
+initialisation) leading its own session and process group, its output in files, ended with a timeout that kills
+the whole group. The ``memmode_concurrency`` marker needs that most: on a device without concurrent managed
+access a CPU touch of managed memory while a kernel runs kills the whole process. This module is the GPU-free
+half of judging such a child: turn its exit status, the timeout and what it said of its test
+(``{"outcome": "passed" | "failed" | "skipped", "message": str, "cuda_error": str | None}``, built by the plugin
+from the reports the child sent) into an :class:`Outcome` with a readable explanation. How the child *ended*
+(exit status or signal) always wins over what it said: a child that said "passed" and then died of SIGSEGV is a
+:attr:`Outcome.FAULT`.
 
 POSIX only (process groups, ``waitid``); Jetson runs Linux.
 """
@@ -18,37 +16,27 @@ POSIX only (process groups, ``waitid``); Jetson runs Linux.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
-import shutil
 import signal
 import subprocess
-import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from pytest_jetmem.atomic import write_atomic
 from pytest_jetmem.errors import STICKY_ERRORS
 
 __all__ = [
-    "CHILD_RESULT_ENV",
     "ChildResult",
     "Outcome",
-    "child_result_path",
+    "Spawned",
+    "child_result",
     "classify",
     "explain",
-    "read_child_result",
-    "run_child",
-    "write_child_result",
 ]
 
-#: Environment variable through which the parent tells the child where to write its result.
-CHILD_RESULT_ENV = "PYTEST_JETMEM_CHILD_RESULT"
-
-#: Outcomes a child may write (the values of the matching :class:`Outcome` members).
+#: Outcomes a child may say its test had (the values of the matching :class:`Outcome` members).
 CHILD_OUTCOMES = frozenset({"passed", "failed", "skipped"})
 
 #: The documented fault: NVIDIA's documents describe a CPU access to managed memory while the GPU is active, on a
@@ -58,7 +46,6 @@ FAULT_SIGNALS = frozenset({signal.SIGSEGV})
 
 DEFAULT_GRACE_S = 5.0
 DEFAULT_TAIL_BYTES = 8192
-_MAX_MESSAGE_CHARS = 16384
 
 
 class Outcome(str, Enum):
@@ -93,54 +80,7 @@ class ChildResult:
 
 
 # ----------------------------------------------------------------------------------------------------------
-# Child side
-
-
-def child_result_path() -> str | None:
-    """The result path the parent gave this process, or None when not running as an isolated child."""
-    return os.environ.get(CHILD_RESULT_ENV) or None
-
-
-def write_child_result(
-    path: str | os.PathLike[str],
-    outcome: str,
-    message: str,
-    cuda_error: str | None = None,
-) -> None:
-    """Write the child's result atomically (:func:`~pytest_jetmem.atomic.write_atomic`).
-
-    ``outcome`` is "passed", "failed" or "skipped" (an :class:`Outcome` of those values is accepted);
-    ``cuda_error`` is the CUDA error name, e.g. ``CUDA_ERROR_ILLEGAL_ADDRESS``, when one caused the failure.
-    """
-    value = outcome.value if isinstance(outcome, Outcome) else str(outcome)
-    if value not in CHILD_OUTCOMES:
-        raise ValueError(f"outcome must be one of {sorted(CHILD_OUTCOMES)}, not {outcome!r}")
-    if cuda_error is not None and not isinstance(cuda_error, str):
-        raise TypeError(f"cuda_error must be a str or None, not {type(cuda_error).__name__}")
-    payload = {"outcome": value, "message": str(message)[:_MAX_MESSAGE_CHARS], "cuda_error": cuda_error}
-    write_atomic(path, json.dumps(payload))
-
-
-# ----------------------------------------------------------------------------------------------------------
-# Parent side
-
-
-def read_child_result(path: str | os.PathLike[str]) -> dict[str, Any] | None:
-    """The result a child wrote: None when there is no file; a dict with ``_error`` when it is unreadable."""
-    try:
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read()
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        return {"_error": f"cannot read the result file: {exc}"}
-    try:
-        data = json.loads(text)
-    except ValueError as exc:
-        return {"_error": f"the result file is not JSON ({exc}): {text[:200]!r}"}
-    if not isinstance(data, dict):
-        return {"_error": f"the result file holds {type(data).__name__}, not an object: {text[:200]!r}"}
-    return data
+# How a child ended
 
 
 def _signal_name(signum: int) -> str:
@@ -194,9 +134,97 @@ def classify(returncode: int | None, report: dict[str, Any] | None, timed_out: b
     return Outcome(written), message
 
 
-def _kill_group(pgid: int, sig: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, sig)
+# ----------------------------------------------------------------------------------------------------------
+# Starting and ending a child
+
+
+class Spawned:
+    """A child process that leads its own session and process group, its stdout and stderr in files.
+
+    The one way every child of pytest-jetmem is started (``memmode_concurrency``, the two sides of
+    ``--jetmem-against``, the relay after a sticky error): fork+exec (:class:`subprocess.Popen`, so nothing
+    of this process's CUDA state is used in the child), ``start_new_session`` (so a signal to its group
+    reaches every process it started), stdin from ``/dev/null``. :meth:`end` waits for it with a timeout
+    and kills the whole group: at the deadline SIGTERM, SIGKILL ``grace_s`` later; when it ends on its own,
+    whatever it left in its group is killed too. ``pass_fds`` are inherited (a driven child's pipes).
+    """
+
+    def __init__(
+        self,
+        argv: Sequence[str],
+        out_path: str | os.PathLike[str],
+        err_path: str | os.PathLike[str],
+        *,
+        env: Mapping[str, str] | None = None,
+        cwd: str | os.PathLike[str] | None = None,
+        pass_fds: Sequence[int] = (),
+    ) -> None:
+        if os.name != "posix":
+            raise NotImplementedError("child processes need POSIX process groups")
+        if not argv:
+            raise ValueError("argv is empty")
+        self.out_path = os.fspath(out_path)
+        self.err_path = os.fspath(err_path)
+        self.start = time.monotonic()
+        with open(self.out_path, "wb") as out, open(self.err_path, "wb") as err:
+            self.process = subprocess.Popen(
+                list(argv),
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+                env=None if env is None else dict(env),
+                cwd=cwd,
+                pass_fds=tuple(pass_fds),
+                start_new_session=True,  # setsid(): the child leads a new session and process group
+            )
+        self.pgid = self.process.pid
+        self.timed_out = False
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def exited(self, timeout_s: float | None = 0.0) -> bool:
+        """Whether the child has exited, waiting up to ``timeout_s`` (None: for ever); it is not reaped, so
+        its pid, the group's id, cannot be reused while the rest of the group is cleared out."""
+        if self.process.returncode is not None:
+            return True
+        return _wait_exited(self.pid, timeout_s)
+
+    def kill_group(self, sig: int = signal.SIGKILL) -> None:
+        """Send ``sig`` to the child's whole process group."""
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.pgid, sig)
+
+    def end(self, timeout_s: float | None, grace_s: float = DEFAULT_GRACE_S) -> int:
+        """Wait up to ``timeout_s`` for the child to exit (None: for ever), else SIGTERM its group and SIGKILL
+        it ``grace_s`` later; then kill what it left in its group and reap it. Its exit status (a signal:
+        negative); :attr:`timed_out` says whether the deadline was reached."""
+        if self.process.returncode is not None:
+            return self.process.returncode
+        try:
+            if not self.exited(timeout_s):
+                self.timed_out = True
+                self.kill_group(signal.SIGTERM)
+                self.exited(grace_s)
+            # The leader is stopped but not reaped yet, so pgid still names its group: clear out the rest.
+            self.kill_group(signal.SIGKILL)
+        except BaseException:
+            self.kill_group(signal.SIGKILL)
+            self.process.wait()
+            raise
+        return self.process.wait()
+
+    def duration_s(self) -> float:
+        return time.monotonic() - self.start
+
+    def stdout(self, limit: int = DEFAULT_TAIL_BYTES) -> str:
+        """The last ``limit`` bytes of its stdout."""
+        return _tail(self.out_path, limit)
+
+    def stderr(self, limit: int = DEFAULT_TAIL_BYTES) -> str:
+        """The last ``limit`` bytes of its stderr."""
+        return _tail(self.err_path, limit)
 
 
 def _wait_exited(pid: int, timeout_s: float | None) -> bool:
@@ -236,83 +264,35 @@ def _tail(path: str, limit: int) -> str:
     return text
 
 
-def run_child(
-    argv: Sequence[str],
-    timeout_s: float,
-    env: Mapping[str, str] | None = None,
-    cwd: str | os.PathLike[str] | None = None,
+def child_result(
+    child: Spawned,
+    returncode: int,
+    report: dict[str, Any] | None,
     *,
+    timeout_s: float,
     grace_s: float = DEFAULT_GRACE_S,
     tail_bytes: int = DEFAULT_TAIL_BYTES,
 ) -> ChildResult:
-    """Run ``argv`` in a new session and process group and classify how it ended.
-
-    ``env`` is the child's whole environment (like :class:`subprocess.Popen`; None inherits this process's);
-    :data:`CHILD_RESULT_ENV` is always set on top. At ``timeout_s`` the whole group gets SIGTERM, and SIGKILL
-    ``grace_s`` later; when the child ends on its own, whatever it left in its group is killed too. Output
-    goes to temporary files (so a leftover grandchild holding them cannot block us) and only the last
-    ``tail_bytes`` of each are kept. The result file and the temporary folder are deleted.
-    """
-    if os.name != "posix":
-        raise NotImplementedError("run_child needs POSIX process groups")
-    if not argv:
-        raise ValueError("argv is empty")
-    workdir = tempfile.mkdtemp(prefix="jetmem-child-")
-    try:
-        result_path = os.path.join(workdir, "result.json")
-        out_path = os.path.join(workdir, "stdout")
-        err_path = os.path.join(workdir, "stderr")
-        child_env = dict(os.environ if env is None else env)
-        child_env[CHILD_RESULT_ENV] = result_path
-
-        timed_out = False
-        start = time.monotonic()
-        with open(out_path, "wb") as out, open(err_path, "wb") as err:
-            proc = subprocess.Popen(
-                list(argv),
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=err,
-                env=child_env,
-                cwd=cwd,
-                start_new_session=True,  # setsid(): the child leads a new session and process group
-            )
-        pgid = proc.pid
-        try:
-            if not _wait_exited(proc.pid, timeout_s):
-                timed_out = True
-                _kill_group(pgid, signal.SIGTERM)
-                _wait_exited(proc.pid, grace_s)
-            # The leader is stopped but not reaped yet, so pgid still names its group: clear out the rest.
-            _kill_group(pgid, signal.SIGKILL)
-        except BaseException:
-            _kill_group(pgid, signal.SIGKILL)
-            proc.wait()
-            raise
-        returncode = proc.wait()
-        duration = time.monotonic() - start
-
-        report = read_child_result(result_path)
-        outcome, message = classify(returncode, report, timed_out)
-        if timed_out:
-            message = (
-                f"the child did not finish within {timeout_s:g} s; its process group was killed "
-                f"(SIGTERM, then SIGKILL after {grace_s:g} s)"
-            )
-        cuda_error = report.get("cuda_error") if report else None
-        return ChildResult(
-            outcome=outcome,
-            returncode=returncode,
-            signal_name=_signal_name(-returncode) if returncode < 0 else None,
-            message=message,
-            cuda_error_name=str(cuda_error) if cuda_error else None,
-            duration_s=duration,
-            stdout=_tail(out_path, tail_bytes),
-            stderr=_tail(err_path, tail_bytes),
-            report=report,
+    """The :class:`ChildResult` of a child that has ended with ``returncode`` (:meth:`Spawned.end` with
+    ``timeout_s`` and ``grace_s``) after saying ``report`` of its test (None: nothing)."""
+    outcome, message = classify(returncode, report, child.timed_out)
+    if child.timed_out:
+        message = (
+            f"the child did not finish within {timeout_s:g} s; its process group was killed "
+            f"(SIGTERM, then SIGKILL after {grace_s:g} s)"
         )
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
+    cuda_error = report.get("cuda_error") if report else None
+    return ChildResult(
+        outcome=outcome,
+        returncode=returncode,
+        signal_name=_signal_name(-returncode) if returncode < 0 else None,
+        message=message,
+        cuda_error_name=str(cuda_error) if cuda_error else None,
+        duration_s=child.duration_s(),
+        stdout=child.stdout(tail_bytes),
+        stderr=child.stderr(tail_bytes),
+        report=report,
+    )
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -40,11 +40,12 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from pytest_jetmem.correctness import coherence, strict
+from pytest_jetmem.correctness import coherence
 from pytest_jetmem.correctness import strategies as jst
 from pytest_jetmem.cuda import attach as attach_mod
 from pytest_jetmem.cuda import bundled, driver
-from pytest_jetmem.cuda.workspace import COPY, Workspace, open_workspace
+from pytest_jetmem.cuda.modes import get_mode
+from pytest_jetmem.cuda.workspace import Workspace, open_workspace
 from pytest_jetmem.errors import JetmemError
 
 if TYPE_CHECKING:
@@ -213,6 +214,11 @@ class CoherenceMachine(RuleBasedStateMachine):
     def memmode(self) -> str:
         return self.jm.mode
 
+    @property
+    def managed(self) -> bool:
+        """The handle's memory mode is managed memory (prefetch, advice and attachment apply)."""
+        return get_mode(self.jm.mode).is_managed
+
     def kernel(self, name: str, source: str = MACHINE_SOURCE) -> Any:
         """Compile (once per example; NVRTC's disk cache makes it cheap) kernel ``name`` of ``source``."""
         key = f"{name}\0{hash(source)}"
@@ -237,7 +243,7 @@ class CoherenceMachine(RuleBasedStateMachine):
 
     def ensure_gpu_access(self, t: Tracked) -> None:
         """Before device access: where CONCURRENT_MANAGED_ACCESS=0, a host-attached buffer is attached globally."""
-        if t.buf.mode == "managed" and not self.cma and t.attach == driver.MEM_ATTACH_HOST:
+        if t.buf.memory_mode.is_managed and not self.cma and t.attach == driver.MEM_ATTACH_HOST:
             attach_mod.attach(self.jm, t.buf, driver.MEM_ATTACH_GLOBAL, wait=False)
             t.attach = driver.MEM_ATTACH_GLOBAL
 
@@ -378,10 +384,10 @@ class CoherenceMachine(RuleBasedStateMachine):
             self._expected = self.jm.empty(max(count, 1024), U32, mode="device")
             self._expected.label = "coherence machine expected words"
             self._scratch.append(self._expected)
-        drv, stream, res = self.jm.drv, self.jm.stream, self.result_buffer()
-        drv.memcpy_htod(self._expected.ptr, want.ctypes.data, want.nbytes, stream)
-        drv.memset_d8(res.ptr, 0, 8, stream)
-        drv.memset_d8(res.ptr + 8, 0xFF, 8, stream)
+        res = self.result_buffer()
+        self.jm.copy_from_host(self._expected.ptr, want.ctypes.data, want.nbytes)  # `want` outlives the wait below
+        self.jm.memset_range(res.ptr, 0, 8)
+        self.jm.memset_range(res.ptr + 8, 0xFF, 8)
         self.kernel("jetmem_machine_compare").launch(
             self.grid(count), BLOCK, (t.buf.ptr, self._expected, start, step, count, res)
         )
@@ -407,8 +413,7 @@ class CoherenceMachine(RuleBasedStateMachine):
         self.ensure_gpu_access(src)
         self.ensure_gpu_access(dst)
         self.gpu_wait()
-        self.jm.drv.memcpy_dtod(dst.buf.ptr + 4 * b, src.buf.ptr + 4 * a, 4 * count, self.jm.stream)
-        self.jm.queued(self.jm.stream, COPY)  # a device-side copy makes the stream busy (Tegra-strict's books)
+        self.jm.copy_range(dst.buf.ptr + 4 * b, src.buf.ptr + 4 * a, 4 * count)
         self.model.copy(src.name, a, dst.name, b, count)
 
     # -- synchronisation --------------------------------------------------------------------------------------
@@ -418,30 +423,27 @@ class CoherenceMachine(RuleBasedStateMachine):
 
     @rule()
     def device_sync(self) -> None:
-        self.jm.drv.ctx_synchronize()
-        tracker = strict.tracker_of(self.jm)  # keep Tegra-strict mode's books (--jetmem-tegra-strict)
-        if tracker is not None:
-            tracker.synchronized_all()
+        self.jm.synchronize_device()
 
     # -- managed memory: prefetch, advice, attachment --------------------------------------------------------
-    @precondition(lambda self: self.memmode == "managed" and self.cma)
+    @precondition(lambda self: self.managed and self.cma)
     @rule(t=buffers, to_device=st.booleans(), data=st.data())
     def prefetch(self, t: Tracked, to_device: bool, data: st.DataObject) -> None:
         sl = self.draw_slice(data, t, contiguous=True)
         start, _, count = self.span(t, sl)
         if count:
             where = self.jm.device.ordinal if to_device else driver.CPU_DEVICE_ID
-            self.jm.drv.mem_prefetch_async(t.buf.ptr + 4 * start, 4 * count, where, self.jm.stream)
+            self.jm.prefetch(t.buf.ptr + 4 * start, 4 * count, where)
 
-    @precondition(lambda self: self.memmode == "managed" and self.cma)
+    @precondition(lambda self: self.managed and self.cma)
     @rule(t=buffers, advice=st.sampled_from(ADVICE), to_device=st.booleans())
     def advise(self, t: Tracked, advice: str, to_device: bool) -> None:
         if not t.words:
             return
         where = self.jm.device.ordinal if to_device or "ACCESSED_BY" in advice else driver.CPU_DEVICE_ID
-        self.jm.drv.mem_advise(t.buf.ptr, t.buf.nbytes, advice, where)
+        self.jm.advise(t.buf.ptr, t.buf.nbytes, advice, where)
 
-    @precondition(lambda self: self.memmode == "managed")
+    @precondition(lambda self: self.managed)
     @rule(t=buffers, how=st.sampled_from(sorted(ATTACH_FLAGS)))
     def attach(self, t: Tracked, how: str) -> None:
         """cuStreamAttachMemAsync on jetmem's stream (queued, no wait): to the host, globally, or to that stream."""

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 from hypothesis import strategies as st
 
-from pytest_jetmem.cuda.modes import DEFAULT_MODES, MODES
+from pytest_jetmem.cuda import modes as registry
 from pytest_jetmem.kernels.reference import coherence_pattern
 
 #: Dtypes a buffer may have: numeric and bool, 1 to 16 bytes.
@@ -44,11 +44,12 @@ WORD_DTYPES: tuple[str, ...] = tuple(d for d in DTYPES if np.dtype(d).itemsize %
 
 
 def memory_modes(modes: Sequence[str] | None = None) -> st.SearchStrategy[str]:
-    """A memory mode name (default: device, managed, zero_copy; shrinks towards ``device``)."""
-    names = tuple(modes) if modes is not None else DEFAULT_MODES
-    unknown = [m for m in names if m not in MODES]
+    """A memory mode name (default: the registry's default modes; shrinks towards the first, ``device``)."""
+    names = tuple(modes) if modes is not None else registry.default_names()
+    known = registry.names()
+    unknown = [m for m in names if m not in known]
     if unknown or not names:
-        raise ValueError(f"memory_modes: expected names from {', '.join(MODES)}, got {names!r}")
+        raise ValueError(f"memory_modes: expected names from {', '.join(known)}, got {names!r}")
     return st.sampled_from(names)
 
 

@@ -8,8 +8,9 @@ same code run, so a bug that will crash on the Jetson passes on the desktop. Wit
 
 The rule (docs/concurrency.md has the sources):
 
-- a kernel launch, a memset or a device-side copy queued through jetmem (``jetmem.zeros``,
-  ``Buffer.fill_bytes``, ``jetmem.copy``) makes its stream *busy* (the CUDA programming guide, unified memory
+- a kernel launch, a memset, a device-side copy or a prefetch queued through jetmem (``jetmem.zeros``,
+  ``Buffer.fill_bytes``, ``jetmem.copy``, and jetmem's own: the timing code's L2 flush, the coherence probes'
+  counters, the state machine's copies) makes its stream *busy* (the CUDA programming guide, unified memory
   on devices without concurrent managed access: a ``cudaMemcpy*``/``cudaMemset*`` on a stream makes it active
   like a kernel does); the stream stays busy until the program synchronizes it, even when the work finished
   long ago (explicit synchronization is required even if the kernel runs quickly; the GPU is "logically
@@ -41,7 +42,7 @@ import weakref
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
-from pytest_jetmem.cuda.attachment import GLOBAL, MANAGED_MODES, Attachment, stream_key
+from pytest_jetmem.cuda.attachment import GLOBAL, Attachment, stream_key
 from pytest_jetmem.cuda.workspace import KERNEL
 from pytest_jetmem.errors import TegraStrictError
 
@@ -56,9 +57,9 @@ class TegraStrict:
     """The books for one ``jetmem`` handle: which streams may have work in flight, how buffers are attached.
 
     A :class:`~pytest_jetmem.cuda.workspace.WorkObserver`: the handle reports allocations (:meth:`allocated`),
-    queued GPU work (:meth:`queued`: kernels, memsets, copies), synchronizations (:meth:`synchronized`) and asks
-    before a host access (:meth:`check_host_access`); ``pytest_jetmem.cuda.attach`` reports attachments
-    (:meth:`attached`).
+    queued GPU work (:meth:`queued`: kernels, memsets, copies, prefetches), synchronizations (:meth:`synchronized`,
+    :meth:`synchronized_all`) and asks before a host access (:meth:`check_host_access`); ``pytest_jetmem.cuda.attach``
+    reports attachments (:meth:`attached`).
     """
 
     def __init__(self, default_stream: Any = None, nodeid: str = "") -> None:
@@ -94,7 +95,7 @@ class TegraStrict:
 
     def allocated(self, buf: Buffer) -> None:
         """``buf`` was just allocated: a managed one allocated while streams are busy is unspecified until then."""
-        if buf.memory_mode.name in MANAGED_MODES and self._busy:
+        if buf.memory_mode.is_managed and self._busy:
             self._born_busy[buf] = set(self._busy)
 
     def synchronized(self, stream: Any = None) -> None:
@@ -153,7 +154,7 @@ class TegraStrict:
 
     def blocking_streams(self, buf: Buffer) -> set[int]:
         """The busy streams that forbid a host access to ``buf`` right now (empty: the access is fine)."""
-        if buf.memory_mode.name not in MANAGED_MODES or buf.freed:
+        if not buf.memory_mode.is_managed or buf.freed:
             return set()
         blocking = self.attachment(buf).blocking(self._busy)
         pending = self.pending_attachment(buf)
@@ -207,7 +208,7 @@ class TegraStrict:
         )
 
 
-_PLURALS = {"copy": "copies"}
+_PLURALS = {"copy": "copies", "prefetch": "prefetches"}
 
 
 def _work(counts: Counter[str]) -> str:

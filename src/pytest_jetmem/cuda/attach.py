@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pytest_jetmem.cuda.attachment import MANAGED_MODES, Attachment, stream_key
+from pytest_jetmem.cuda.attachment import Attachment, stream_key
 from pytest_jetmem.cuda.buffer import Buffer
 from pytest_jetmem.cuda.driver import MEM_ATTACH_GLOBAL, MEM_ATTACH_HOST, MEM_ATTACH_SINGLE
 from pytest_jetmem.cuda.workspace import Workspace
@@ -33,14 +33,6 @@ from pytest_jetmem.errors import AttachError
 __all__ = ["AttachError", "Attachment", "attach", "attach_global", "attach_host", "attach_single"]
 
 _CALLS = {MEM_ATTACH_GLOBAL: "attach_global", MEM_ATTACH_HOST: "attach_host", MEM_ATTACH_SINGLE: "attach_single"}
-
-_WHY_NOT = {
-    "zero_copy": (
-        "zero_copy memory is pinned host memory: the CPU may touch it while kernels run without any "
-        "attachment (synchronize before reading what a kernel wrote)"
-    ),
-    "device": "device memory has no host view: copy with to_numpy() and copy_from()",
-}
 
 
 def attach(ws: Workspace, buf: Buffer, flags: int, stream: Any = None, *, wait: bool = True) -> None:
@@ -54,11 +46,10 @@ def attach(ws: Workspace, buf: Buffer, flags: int, stream: Any = None, *, wait: 
     where = f"{ws.nodeid}: jetmem.{call}" if ws.nodeid else f"jetmem.{call}"
     if buf.freed:
         raise AttachError(f"{where}({buf!r}): the buffer was freed")
-    if buf.memory_mode.name not in MANAGED_MODES:
-        why = _WHY_NOT.get(buf.mode, "only managed memory has a stream association")
+    if not buf.memory_mode.is_managed:
         raise AttachError(
             f"{where}({buf!r}): cuStreamAttachMemAsync works on managed memory (cuMemAllocManaged) only, "
-            f"and this buffer is {buf.mode!r} memory; {why}"
+            f"and this buffer is {buf.mode!r} memory; {buf.memory_mode.host_rule}"
         )
     target = ws.stream if stream is None else stream
     key = stream_key(target)

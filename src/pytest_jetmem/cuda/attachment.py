@@ -12,10 +12,7 @@ from typing import Any
 
 from pytest_jetmem.cuda.driver import MEM_ATTACH_GLOBAL, MEM_ATTACH_HOST, MEM_ATTACH_SINGLE
 
-__all__ = ["GLOBAL", "MANAGED_MODES", "Attachment", "stream_key"]
-
-#: Memory modes whose host view is managed memory (the only ones Jetson's rule is about).
-MANAGED_MODES = frozenset({"managed"})
+__all__ = ["GLOBAL", "Attachment", "stream_key"]
 
 _FLAG_NAMES = {MEM_ATTACH_GLOBAL: "global", MEM_ATTACH_HOST: "host", MEM_ATTACH_SINGLE: "single"}
 

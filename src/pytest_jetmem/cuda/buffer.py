@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import ctypes
 import math
 from typing import Any, Protocol
 
 import numpy as np
 
+from pytest_jetmem.cuda.driver import DriverBackend
 from pytest_jetmem.cuda.modes import Allocation, MemoryMode
 from pytest_jetmem.errors import HostAccessError
 
@@ -16,7 +16,7 @@ class BufferOwner(Protocol):
     """What a buffer needs from whoever allocated it (a test's workspace)."""
 
     @property
-    def drv(self) -> Any: ...
+    def drv(self) -> DriverBackend: ...
 
     @property
     def stream(self) -> Any: ...
@@ -35,14 +35,6 @@ class BufferOwner(Protocol):
 
     def free(self, buf: Buffer) -> None:
         """Free the buffer now (a no-op when freed already)."""
-
-
-def host_view(host_ptr: int, nbytes: int, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
-    """A numpy array over ``nbytes`` of host-visible memory at ``host_ptr`` (no copy)."""
-    if nbytes == 0:
-        return np.empty(shape, dtype)
-    raw = (ctypes.c_char * nbytes).from_address(host_ptr)
-    return np.frombuffer(memoryview(raw), dtype=dtype, count=int(np.prod(shape))).reshape(shape)
 
 
 class Buffer:
@@ -106,24 +98,38 @@ class Buffer:
     # -- host access -------------------------------------------------------------------------------
     @property
     def host(self) -> np.ndarray:
-        """A numpy view of the same memory (managed, zero_copy). Synchronise before reading GPU results."""
+        """A numpy view of the same memory, where the mode has one (``memory_mode.has_host_view``: managed,
+        zero_copy). Synchronise before reading GPU results."""
         alloc = self.allocation
-        if alloc.host_ptr is None:
+        if not self._mode.has_host_view:
             raise HostAccessError(
                 f"{self!r}: memory mode {self.mode!r} has no host view; use .to_numpy() and .copy_from()"
             )
         self._owner.check_host_access(self)
-        return host_view(alloc.host_ptr, self.nbytes, self.shape, self.dtype)
+        return self._mode.host_view(alloc, self.shape, self.dtype)
+
+    def read_host(self, out: np.ndarray) -> None:
+        """Copy the contents into ``out`` (C-contiguous, the buffer's shape and dtype) the way the mode reads
+        host data, with no synchronisation: the caller has waited for the GPU (timing loops do)."""
+        alloc = self.allocation
+        if self._mode.has_host_view:
+            self._owner.check_host_access(self)
+        self._mode.read_host(self._owner.drv, alloc, out)
+
+    def write_host(self, src: np.ndarray) -> None:
+        """Copy ``src`` (C-contiguous, the buffer's shape and dtype) into the buffer the way the mode writes host
+        data, with no synchronisation: the caller has waited for the GPU (timing loops do)."""
+        alloc = self.allocation
+        if self._mode.has_host_view:
+            self._owner.check_host_access(self)
+        self._mode.write_host(self._owner.drv, alloc, src)
 
     def to_numpy(self) -> np.ndarray:
         """A host copy of the contents, after the work queued on jetmem's stream has finished."""
-        alloc = self.allocation
+        _ = self.allocation  # a freed buffer raises before anything waits
         out = np.empty(self.shape, self.dtype)
         self._owner.synchronize()
-        if alloc.host_ptr is not None:
-            out[...] = self.host
-        elif self.nbytes:
-            self._owner.drv.memcpy_dtoh(out.ctypes.data, alloc.ptr, self.nbytes)
+        self.read_host(out)
         return out
 
     def copy_from(self, array: Any) -> Buffer:
@@ -136,12 +142,9 @@ class Buffer:
                 raise TypeError(f"{self!r}.copy_from: cannot cast {src.dtype} to {self.dtype}")
             src = src.astype(self.dtype)
         src = np.ascontiguousarray(src).reshape(self.shape)
-        alloc = self.allocation
+        _ = self.allocation  # a freed buffer raises before anything waits
         self._owner.synchronize()  # never write host-visible memory while the GPU may use it
-        if alloc.host_ptr is not None:
-            self.host[...] = src
-        elif self.nbytes:
-            self._owner.drv.memcpy_htod(alloc.ptr, src.ctypes.data, self.nbytes)
+        self.write_host(src)
         return self
 
     def fill_bytes(self, value: int) -> Buffer:

@@ -191,7 +191,7 @@ def compile_kernel(
     arch: str,
     options: Options = (),
     cache: KernelCache | None = None,
-    drv: Any = None,
+    drv: driver.NvrtcBackend | None = None,
     filename: str | None = None,
     include_dirs: str | os.PathLike[str] | Sequence[str | os.PathLike[str]] = (),
     cuda_headers: driver.HeaderSearch | None = None,
@@ -246,7 +246,7 @@ def compile_kernel(
     return CompiledKernel(name, symbol, arch, opts, version, cubin, log, key, False, all_dirs)
 
 
-def _arch_help(arch: str, version: tuple[int, int], drv: Any) -> str:
+def _arch_help(arch: str, version: tuple[int, int], drv: driver.NvrtcBackend) -> str:
     """Why NVRTC rejected ``arch`` (the log said so): the architectures it compiles for, and for one that NVRTC 13
     dropped (sm_50 to sm_72: Xavier), that CUDA 12's NVRTC compiles it."""
     try:

@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from pytest_jetmem.cuda import driver
-from pytest_jetmem.cuda.driver import ClockState
+from pytest_jetmem.cuda.driver import ClockState, DriverBackend, StreamHandle
 from pytest_jetmem.errors import CudaError, CudaUnavailable, DeviceChoiceError
 
 
@@ -59,7 +59,7 @@ class DeviceInfo:
         return lines
 
 
-def probe_device(drv: Any, ordinal: int) -> DeviceInfo:
+def probe_device(drv: DriverBackend, ordinal: int) -> DeviceInfo:
     """Read a device's facts through the driver layer (cuInit must have succeeded)."""
     dev = drv.device_get(ordinal)
     attrs = {name: drv.device_attribute(dev, name) for name in (*driver.MEMORY_ATTRIBUTES, *driver.OTHER_ATTRIBUTES)}
@@ -75,20 +75,20 @@ def probe_device(drv: Any, ordinal: int) -> DeviceInfo:
         driver_version=drv.driver_version(),
         total_mem=drv.device_total_mem(dev),
         attributes=attrs,
-        bindings_version=getattr(drv, "bindings_version", ""),
+        bindings_version=drv.bindings_version,
         nvrtc_version=nvrtc,
     )
 
 
-def nvrtc_library_line(drv: Any) -> str:
-    """Where ``drv`` loaded NVRTC from, or why it could not ("" for a backend that does not say)."""
-    probe = getattr(drv, "nvrtc_library", None)
-    if probe is None:
+def nvrtc_library_line(drv: DriverBackend | None) -> str:
+    """Where ``drv`` loaded NVRTC from, or why it could not ("" for no backend, or one that does not say)."""
+    if drv is None:
         return ""
     try:
-        return str(probe().describe())
+        library = drv.nvrtc_library()
     except CudaUnavailable as exc:
         return f"none ({exc.reason})"
+    return library.describe() if library is not None else ""
 
 
 def select_ordinal(device_count: int, env: dict[str, str] | None = None) -> int:
@@ -129,27 +129,23 @@ class Device:
     that CuPy or PyTorch launch on the default stream orders with ours.
     """
 
-    def __init__(self, drv: Any, info: DeviceInfo) -> None:
+    def __init__(self, drv: DriverBackend, info: DeviceInfo) -> None:
         self.drv = drv
         self.info = info
         self._dev = drv.device_get(info.ordinal)
         self.ctx = drv.primary_ctx_retain(self._dev)
         drv.ctx_set_current(self.ctx)
-        self.stream = drv.stream_create(driver.STREAM_DEFAULT)
+        self.stream: StreamHandle = drv.stream_create(driver.STREAM_DEFAULT)
         self.generation = 0  # bumped if the context is ever re-created: older modules are gone
         self.broken: str | None = None
         self.closed = False
-
-    def make_current(self) -> None:
-        self.drv.ctx_set_current(self.ctx)
 
     def synchronize(self) -> None:
         self.drv.stream_synchronize(self.stream)
 
     def clock_state(self) -> ClockState | None:
         """The SM clock and slowdown reasons now, where the driver backend can tell (else None)."""
-        probe = getattr(self.drv, "clock_state", None)  # a test's fake driver may not model clocks
-        return probe(self._dev) if probe is not None else None
+        return self.drv.clock_state(self._dev)
 
     def free_memory(self) -> int:
         return self.drv.mem_get_info()[0]
@@ -188,7 +184,7 @@ class Availability:
     misconfigured: bool = False
 
 
-def open_device(drv: Any | None = None, ordinal: int | None = None) -> Availability:
+def open_device(drv: DriverBackend | None = None, ordinal: int | None = None) -> Availability:
     """Initialise CUDA and open the device, or explain why not."""
     try:
         chosen = chosen_ordinal() if ordinal is None else None  # a bad JETMEM_DEVICE is reported before the driver

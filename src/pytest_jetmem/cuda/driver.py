@@ -18,7 +18,7 @@ import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 from pytest_jetmem.errors import CompileError, CudaError, CudaUnavailable
 
@@ -91,6 +91,161 @@ class ClockState:
     counters: tuple[tuple[str, int], ...] = ()
 
 
+# -- the backend interface ---------------------------------------------------------------------------------------
+#: Opaque driver handles: what the backend returned, handed back to it unchanged (cuda.bindings' ``CUdevice``,
+#: ``CUcontext``, ``CUstream``, ``CUevent``, ``CUmodule`` and ``CUfunction`` for :class:`CudaDriver`; a fake's or
+#: :class:`~pytest_jetmem.cuda.nogpu.CheckDriver`'s own objects). ``int(handle)`` gives the raw value.
+DeviceHandle: TypeAlias = Any
+ContextHandle: TypeAlias = Any
+StreamHandle: TypeAlias = Any
+EventHandle: TypeAlias = Any
+ModuleHandle: TypeAlias = Any
+FunctionHandle: TypeAlias = Any
+
+
+class NvrtcBackend(Protocol):
+    """The compiler part of a backend: all that :func:`pytest_jetmem.cuda.compiler.compile_kernel` calls."""
+
+    def nvrtc_version(self) -> tuple[int, int]:
+        """NVRTC's (major, minor); CudaUnavailable where NVRTC cannot be loaded."""
+        ...
+
+    def nvrtc_supported_archs(self) -> list[int]:
+        """The architectures NVRTC compiles for, as numbers (87 for sm_87)."""
+        ...
+
+    def nvrtc_compile(
+        self, source: str, filename: str, options: Sequence[str], name_expressions: Sequence[str] = ...
+    ) -> tuple[bytes, str, dict[str, str]]:
+        """Compile to a CUBIN: (cubin, log, lowered name of each name expression); CompileError on failure."""
+        ...
+
+
+class DriverBackend(NvrtcBackend, Protocol):
+    """Every driver call pytest-jetmem makes: what the backend :func:`get` returns provides.
+
+    Implemented by :class:`CudaDriver` (the real driver), :class:`~pytest_jetmem.cuda.nogpu.CheckDriver` (no GPU:
+    compiles, counts launches, raises ``GpuNeeded`` for answers only a GPU has) and the test suite's fake
+    (``tests/fakes/fake_driver.py``); mypy checks each against it (the assignments after :class:`CudaDriver`, in
+    ``cuda/nogpu.py`` and in ``tests/fakes``). Device pointers are ``int``; handles are opaque (above). A failing
+    call raises :class:`~pytest_jetmem.errors.CudaError`. Calls that take a ``stream`` queue work on it (``None``:
+    the synchronous form); only the CUDA layer makes them: above it, stream work goes through the methods of
+    :class:`~pytest_jetmem.cuda.workspace.Workspace`, so a workspace's observers see all the GPU work a test queues.
+    """
+
+    @property
+    def bindings_version(self) -> str:
+        """The cuda-bindings version (for the report header and the machine record)."""
+        ...
+
+    # -- initialisation and devices
+    def init(self) -> None:
+        """cuInit; CudaUnavailable where there is no driver or no device."""
+        ...
+
+    def driver_version(self) -> int: ...
+
+    def device_count(self) -> int: ...
+
+    def device_get(self, ordinal: int) -> DeviceHandle: ...
+
+    def device_name(self, dev: DeviceHandle) -> str: ...
+
+    def device_total_mem(self, dev: DeviceHandle) -> int: ...
+
+    def device_attribute(self, dev: DeviceHandle, name: str) -> int:
+        """A device attribute by its CUDA name without the prefix (``INTEGRATED``)."""
+        ...
+
+    def clock_state(self, dev: DeviceHandle) -> ClockState | None:
+        """The SM clock and slowdown reasons now (None: this backend cannot tell)."""
+        ...
+
+    def nvrtc_library(self) -> NvrtcLibrary | None:
+        """Where NVRTC was loaded from (None: this backend does not say); CudaUnavailable where it cannot be."""
+        ...
+
+    # -- contexts
+    def primary_ctx_retain(self, dev: DeviceHandle) -> ContextHandle: ...
+
+    def primary_ctx_release(self, dev: DeviceHandle) -> None: ...
+
+    def ctx_set_current(self, ctx: ContextHandle) -> None: ...
+
+    def ctx_synchronize(self) -> None: ...
+
+    # -- memory
+    def mem_get_info(self) -> tuple[int, int]:
+        """(free, total) bytes of device memory."""
+        ...
+
+    def mem_alloc(self, nbytes: int) -> int: ...
+
+    def mem_free(self, ptr: int) -> None: ...
+
+    def mem_alloc_managed(self, nbytes: int, flags: int = ...) -> int: ...
+
+    def mem_host_alloc(self, nbytes: int, flags: int) -> int: ...
+
+    def mem_host_get_device_pointer(self, host_ptr: int) -> int: ...
+
+    def mem_free_host(self, host_ptr: int) -> None: ...
+
+    def memcpy_htod(self, dst: int, src_host: int, nbytes: int, stream: StreamHandle = ...) -> None: ...
+
+    def memcpy_dtoh(self, dst_host: int, src: int, nbytes: int, stream: StreamHandle = ...) -> None: ...
+
+    def memcpy_dtod(self, dst: int, src: int, nbytes: int, stream: StreamHandle = ...) -> None: ...
+
+    def memset_d8(self, ptr: int, value: int, nbytes: int, stream: StreamHandle = ...) -> None: ...
+
+    def mem_prefetch_async(self, ptr: int, nbytes: int, device_ordinal: int, stream: StreamHandle) -> None:
+        """Prefetch managed memory to a device ordinal, or to the host with :data:`CPU_DEVICE_ID`."""
+        ...
+
+    def mem_advise(self, ptr: int, nbytes: int, advice: str, device_ordinal: int) -> None:
+        """cuMemAdvise with an advice name such as ``SET_READ_MOSTLY``."""
+        ...
+
+    # -- streams and events
+    def stream_create(self, flags: int = ...) -> StreamHandle: ...
+
+    def stream_destroy(self, stream: StreamHandle) -> None: ...
+
+    def stream_synchronize(self, stream: StreamHandle) -> None: ...
+
+    def stream_attach_mem_async(self, stream: StreamHandle, ptr: int, flags: int) -> None: ...
+
+    def event_create(self, flags: int = ...) -> EventHandle: ...
+
+    def event_destroy(self, event: EventHandle) -> None: ...
+
+    def event_record(self, event: EventHandle, stream: StreamHandle) -> None: ...
+
+    def event_synchronize(self, event: EventHandle) -> None: ...
+
+    def event_elapsed_ms(self, start: EventHandle, end: EventHandle) -> float: ...
+
+    # -- modules and launches
+    def module_load_data(self, image: bytes) -> ModuleHandle: ...
+
+    def module_unload(self, module: ModuleHandle) -> None: ...
+
+    def module_get_function(self, module: ModuleHandle, name: str) -> FunctionHandle: ...
+
+    def launch_kernel(
+        self,
+        func: FunctionHandle,
+        grid: tuple[int, int, int],
+        block: tuple[int, int, int],
+        shared_mem: int,
+        stream: StreamHandle,
+        params_ptr: int,
+    ) -> None:
+        """cuLaunchKernel with ``params_ptr`` the address of an array of argument addresses."""
+        ...
+
+
 class CudaDriver:
     """Thin, checked wrappers over ``cuda.bindings.driver`` and ``cuda.bindings.nvrtc``."""
 
@@ -120,7 +275,7 @@ class CudaDriver:
     def _call(self, name: str, *args: Any) -> Any:
         try:
             result = getattr(self._cu, name)(*args)
-        except ValueError as exc:  # the bindings could not turn the returned code into a CUresult
+        except (ValueError, KeyError) as exc:  # the bindings could not turn the returned code into a CUresult
             code = unnamed_code(exc)
             if code is None:
                 raise
@@ -132,7 +287,7 @@ class CudaDriver:
         """cuInit; raise :class:`CudaUnavailable` when there is no driver or no device."""
         try:
             err: Any = self._cu.cuInit(0)[0]
-        except ValueError as exc:  # a code the bindings have no CUresult for (35 in cuda-bindings 13)
+        except (ValueError, KeyError) as exc:  # a code the bindings have no CUresult for (35 in cuda-bindings 13)
             err = unnamed_code(exc)
             if err is None:
                 raise CudaUnavailable(f"no usable CUDA driver: cuInit failed ({exc})") from exc
@@ -207,9 +362,6 @@ class CudaDriver:
 
     def primary_ctx_release(self, dev: Any) -> None:
         self._call("cuDevicePrimaryCtxRelease", dev)
-
-    def primary_ctx_reset(self, dev: Any) -> None:
-        self._call("cuDevicePrimaryCtxReset", dev)
 
     def ctx_set_current(self, ctx: Any) -> None:
         self._call("cuCtxSetCurrent", ctx)
@@ -296,15 +448,6 @@ class CudaDriver:
 
     def stream_synchronize(self, stream: Any) -> None:
         self._call("cuStreamSynchronize", stream)
-
-    def stream_query(self, stream: Any) -> bool:
-        """True when all work on the stream has completed."""
-        err = self._cu.cuStreamQuery(stream)[0]
-        if int(err) == 0:
-            return True
-        if error_name(err) == "CUDA_ERROR_NOT_READY":
-            return False
-        raise CudaError("cuStreamQuery", error_name(err), int(err))
 
     def stream_attach_mem_async(self, stream: Any, ptr: int, flags: int) -> None:
         self._call("cuStreamAttachMemAsync", stream, ptr, 0, flags)
@@ -428,6 +571,10 @@ class CudaDriver:
         if not values:
             return None
         return values[0] if len(values) == 1 else values
+
+
+if TYPE_CHECKING:  # mypy checks the real driver against the interface it implements
+    _REAL: DriverBackend = CudaDriver()
 
 
 # -- CUDA headers for NVRTC ---------------------------------------------------------------------------------------
@@ -676,8 +823,10 @@ def describe_error(err: Any, api: str = "CUDA") -> str:
 
 
 def unnamed_code(exc: BaseException) -> int | None:
-    """The code in the bindings' ``ValueError: 35 is not a valid CUresult`` (raised for a code their enum lacks),
-    or None for any other error."""
+    """The code in the bindings' ``ValueError: 35 is not a valid CUresult`` (raised for a code their enum lacks;
+    cuda-bindings 13.0 raises ``KeyError(35)`` instead), or None for any other error."""
+    if isinstance(exc, KeyError) and len(exc.args) == 1 and type(exc.args[0]) is int:
+        return int(exc.args[0])
     match = _UNNAMED.match(str(exc))
     return int(match.group(1)) if match else None
 
@@ -687,10 +836,10 @@ def _first_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__
 
 
-_backend: Any = None
+_backend: DriverBackend | None = None
 
 
-def get() -> CudaDriver:
+def get() -> DriverBackend:
     """The active backend: the real driver unless a test installed a fake with :func:`use`."""
     global _backend
     if _backend is None:
@@ -698,13 +847,13 @@ def get() -> CudaDriver:
     return _backend
 
 
-def installed() -> Any:
+def installed() -> DriverBackend | None:
     """The backend installed now, or None where none was made or installed yet (nothing is created)."""
     return _backend
 
 
 @contextlib.contextmanager
-def use(backend: Any) -> Iterator[Any]:
+def use(backend: DriverBackend) -> Iterator[DriverBackend]:
     """Install ``backend`` (a fake for CPU-only tests) for the duration of the block."""
     global _backend
     previous, _backend = _backend, backend
@@ -714,7 +863,7 @@ def use(backend: Any) -> Iterator[Any]:
         _backend = previous
 
 
-def install(backend: Any) -> None:
+def install(backend: DriverBackend) -> None:
     """Install ``backend`` until the process ends or :func:`install` is called again."""
     global _backend
     _backend = backend

@@ -15,6 +15,7 @@ import numpy as np
 
 from pytest_jetmem.cuda.buffer import Buffer
 from pytest_jetmem.cuda.compiler import CompiledKernel
+from pytest_jetmem.cuda.driver import FunctionHandle, StreamHandle
 from pytest_jetmem.errors import LaunchArgumentError
 
 POINTER = "pointer"
@@ -394,9 +395,10 @@ class LaunchTarget:
     only while the list is not empty (most launches have nobody to tell).
     """
 
-    func: Any  # the loaded CUfunction
-    stream: Any  # the default stream
-    launch: Callable[[Any, tuple[int, int, int], tuple[int, int, int], int, Any, int], None]  # drv.launch_kernel
+    func: FunctionHandle  # the loaded CUfunction
+    stream: StreamHandle  # the default stream
+    launch: Callable[[FunctionHandle, tuple[int, int, int], tuple[int, int, int], int, StreamHandle, int], None]
+    """The driver's launch (``DriverBackend.launch_kernel``)."""
     observers: Sequence[Any]
     before_launch: Callable[[Any], None]
 

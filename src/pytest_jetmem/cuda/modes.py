@@ -1,19 +1,67 @@
 """Memory modes: how a buffer's memory is allocated, seen by the host and freed.
 
-Each mode is a small class behind one interface (:class:`MemoryMode`); :data:`MODES` is the registry
-the plugin parametrizes over. A new mode (pinned staging, registered host memory, pageable system
-memory) is a new subclass registered with :func:`register`.
+Each mode is a small class behind one interface (:class:`MemoryMode`) that owns what is known about it: whether
+a bare ``@pytest.mark.memmode`` runs it (``default``), how the host reaches its memory (:class:`HostAccess`,
+and :meth:`~MemoryMode.read_host` / :meth:`~MemoryMode.write_host`), whether it is managed memory, whether a
+discrete GPU's kernels reach it over PCIe, which memory an allocation draws on (:class:`Pool`) and which device
+attributes it needs (``requires``, from which :meth:`~MemoryMode.unsupported_reason` follows).
+
+The registry is the one list of modes: :func:`registered`, :func:`names` and :func:`default_names` in
+registration order (a mode's :attr:`~MemoryMode.order`), :func:`get_mode` by name. A new mode (pinned staging,
+registered host memory, write-combined zero-copy) is a new subclass registered with :func:`register`; the
+plugin, the gate, the report and the demo then know it without further changes. Everything outside this module
+asks the mode object rather than comparing names.
 """
 
 from __future__ import annotations
 
+import contextlib
+import enum
 import os
+import re
 from abc import ABC, abstractmethod
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, ClassVar
 
-from pytest_jetmem.cuda import driver
-from pytest_jetmem.cuda.device import DeviceInfo
+from pytest_jetmem.errors import HostAccessError
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from pytest_jetmem.cuda import driver
+    from pytest_jetmem.cuda.device import DeviceInfo
+
+# Importing this module imports neither numpy nor the driver module (the functions that need them import them):
+# the plugin reads the registry (--help, --markers) in runs that never touch the CUDA layer.
+
+__all__ = [
+    "MODES",
+    "SYSROOT_ENV",
+    "Allocation",
+    "DeviceMode",
+    "HostAccess",
+    "ManagedMode",
+    "MemoryMode",
+    "Pool",
+    "ZeroCopyMode",
+    "default_names",
+    "find_mode",
+    "get_mode",
+    "host_available_bytes",
+    "host_view",
+    "integrated_allocatable_bytes",
+    "meminfo_path",
+    "names",
+    "parse_mode_list",
+    "rank",
+    "read_meminfo",
+    "register",
+    "registered",
+    "tegra_allocatable_estimate",
+    "unregister",
+    "using",
+]
 
 
 @dataclass(frozen=True)
@@ -25,25 +73,136 @@ class Allocation:
     nbytes: int
 
 
+class HostAccess(enum.Enum):
+    """How the host reaches a mode's memory."""
+
+    #: No host address: the host reads and writes by copies from and to the device address (``device``).
+    NONE = "none"
+    #: The host sees the same memory at ``host_ptr``: a buffer has a ``.host`` view (``managed``, ``zero_copy``).
+    MAPPED = "mapped"
+    #: ``host_ptr`` is a host staging area the mode copies through; there is no view of the memory itself.
+    STAGED = "staged"
+
+
+class Pool(enum.Enum):
+    """Which memory an allocation draws on, for refusing what cannot fit (on a discrete GPU)."""
+
+    DEVICE = "device"  # cuMemGetInfo's free memory
+    HOST = "host"  # MemAvailable
+
+
+def host_view(host_ptr: int, nbytes: int, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    """A numpy array over ``nbytes`` of host-visible memory at ``host_ptr`` (no copy)."""
+    import ctypes
+
+    import numpy as np
+
+    if nbytes == 0:
+        return np.empty(shape, dtype)
+    raw = (ctypes.c_char * nbytes).from_address(host_ptr)
+    return np.frombuffer(memoryview(raw), dtype=dtype, count=int(np.prod(shape))).reshape(shape)
+
+
 class MemoryMode(ABC):
-    """One way to give a kernel its data."""
+    """One way to give a kernel its data, and what is known about it.
 
-    name: str = ""
-    #: The host sees the same memory through ``host_ptr`` (no copies needed).
-    has_host_view: bool = False
-    #: Which memory an allocation draws on: "device" (cuMemGetInfo) or "host" (MemAvailable).
-    pool: str = "device"
-    description: str = ""
+    A subclass sets the class attributes below and implements :meth:`allocate` and :meth:`free`; the host
+    reads and writes (:meth:`read_host`, :meth:`write_host`, :meth:`host_view`) and :meth:`unsupported_reason`
+    follow from ``host_access`` and ``requires`` unless it overrides them.
+    """
 
-    @abstractmethod
+    #: The name tests, options and reports use (a Python identifier: it appears in test ids and comma lists).
+    name: ClassVar[str] = ""
+    #: One line for ``--help`` and the docs.
+    description: ClassVar[str] = ""
+    #: A bare ``@pytest.mark.memmode`` runs the test in this mode (naming the mode always does).
+    default: ClassVar[bool] = True
+    #: How the host reaches the memory.
+    host_access: ClassVar[HostAccess] = HostAccess.NONE
+    #: The memory is managed (``cuMemAllocManaged``): it has a stream attachment, prefetch and advice, and
+    #: Jetson's rule against host access while kernels run applies to it.
+    is_managed: ClassVar[bool] = False
+    #: On a discrete GPU kernels reach the memory over PCIe (zero-copy), whose speed moves from one process to
+    #: the next by more than a gate's threshold: such comparisons are reported, not judged.
+    crosses_pcie: ClassVar[bool] = False
+    #: Which memory an allocation draws on.
+    pool: ClassVar[Pool] = Pool.DEVICE
+    #: The device attributes the mode needs (their CUDA names without the prefix; each must be one the device
+    #: probe reads), each with what a 0 means.
+    requires: ClassVar[Mapping[str, str]] = {}
+    #: How the host may touch the memory, for error messages (default: from ``host_access``).
+    host_note: ClassVar[str] = ""
+
+    # -- what is known -------------------------------------------------------------------------------
+    @property
+    def order(self) -> int:
+        """The mode's place in the registry (0 first); ValueError where it is not registered."""
+        for i, mode in enumerate(MODES.values()):
+            if mode is self:
+                return i
+        raise ValueError(f"memory mode {self.name!r} is not registered")
+
+    @property
+    def has_host_view(self) -> bool:
+        """The host sees the same memory (``host_access`` is :attr:`HostAccess.MAPPED`)."""
+        return self.host_access is HostAccess.MAPPED
+
+    @property
+    def host_rule(self) -> str:
+        """How the host may touch the memory: ``host_note``, else a sentence from ``host_access``."""
+        if self.host_note:
+            return self.host_note
+        if self.has_host_view:
+            return f"{self.name} memory is seen by the host through .host (synchronize before reading GPU results)"
+        return f"{self.name} memory has no host view: copy with to_numpy() and copy_from()"
+
     def unsupported_reason(self, info: DeviceInfo) -> str | None:
-        """Why this device cannot do the mode, or None when it can."""
+        """Why this device cannot do the mode (the first attribute of ``requires`` it reports as 0), or None."""
+        for attribute, missing in self.requires.items():
+            if not info.attr(attribute):
+                return f"{self.name}: the device reports {attribute}=0 ({missing})"
+        return None
+
+    # -- memory --------------------------------------------------------------------------------------
+    @abstractmethod
+    def allocate(self, drv: driver.DriverBackend, nbytes: int) -> Allocation: ...
 
     @abstractmethod
-    def allocate(self, drv: Any, nbytes: int) -> Allocation: ...
+    def free(self, drv: driver.DriverBackend, alloc: Allocation) -> None: ...
 
-    @abstractmethod
-    def free(self, drv: Any, alloc: Allocation) -> None: ...
+    # -- the host's reads and writes (the caller synchronises first) ---------------------------------
+    def host_view(self, alloc: Allocation, shape: tuple[int, ...], dtype: np.dtype, offset: int = 0) -> np.ndarray:
+        """A numpy view of the memory at byte ``offset`` (no copy); HostAccessError where there is none."""
+        import numpy as np
+
+        if not self.has_host_view or alloc.host_ptr is None:
+            raise HostAccessError(f"memory mode {self.name!r} has no host view")
+        nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
+        return host_view(alloc.host_ptr + offset, nbytes, shape, np.dtype(dtype))
+
+    def read_host(self, drv: driver.DriverBackend, alloc: Allocation, out: np.ndarray, offset: int = 0) -> None:
+        """Copy ``out.nbytes`` bytes of the memory from byte ``offset`` into ``out`` (C-contiguous)."""
+        if not out.nbytes:
+            return
+        if self.host_access is HostAccess.MAPPED:
+            out[...] = self.host_view(alloc, out.shape, out.dtype, offset)
+        elif self.host_access is HostAccess.STAGED and alloc.host_ptr is not None:
+            drv.memcpy_dtoh(alloc.host_ptr + offset, alloc.ptr + offset, out.nbytes)
+            out[...] = host_view(alloc.host_ptr + offset, out.nbytes, out.shape, out.dtype)
+        else:
+            drv.memcpy_dtoh(out.ctypes.data, alloc.ptr + offset, out.nbytes)
+
+    def write_host(self, drv: driver.DriverBackend, alloc: Allocation, src: np.ndarray, offset: int = 0) -> None:
+        """Copy ``src`` (C-contiguous) into the memory at byte ``offset``."""
+        if not src.nbytes:
+            return
+        if self.host_access is HostAccess.MAPPED:
+            self.host_view(alloc, src.shape, src.dtype, offset)[...] = src
+        elif self.host_access is HostAccess.STAGED and alloc.host_ptr is not None:
+            host_view(alloc.host_ptr + offset, src.nbytes, src.shape, src.dtype)[...] = src
+            drv.memcpy_htod(alloc.ptr + offset, alloc.host_ptr + offset, src.nbytes)
+        else:
+            drv.memcpy_htod(alloc.ptr + offset, src.ctypes.data, src.nbytes)
 
     def __repr__(self) -> str:
         return f"<MemoryMode {self.name}>"
@@ -52,48 +211,56 @@ class MemoryMode(ABC):
 class DeviceMode(MemoryMode):
     name = "device"
     description = "cuMemAlloc: device memory, host access only by explicit copies"
+    host_note = "device memory has no host view: copy with to_numpy() and copy_from()"
 
-    def unsupported_reason(self, info: DeviceInfo) -> str | None:
-        return None
-
-    def allocate(self, drv: Any, nbytes: int) -> Allocation:
+    def allocate(self, drv: driver.DriverBackend, nbytes: int) -> Allocation:
         return Allocation(drv.mem_alloc(nbytes), None, nbytes)
 
-    def free(self, drv: Any, alloc: Allocation) -> None:
+    def free(self, drv: driver.DriverBackend, alloc: Allocation) -> None:
         drv.mem_free(alloc.ptr)
 
 
 class ManagedMode(MemoryMode):
     name = "managed"
-    has_host_view = True
     description = "cuMemAllocManaged, attached globally: one pointer for host and device"
+    host_access = HostAccess.MAPPED
+    is_managed = True
+    requires: ClassVar[Mapping[str, str]] = {"MANAGED_MEMORY": "no managed memory"}
+    host_note = (
+        "managed memory: the CPU may touch it while no kernel that may use it runs (its stream attachment says "
+        "which, where CONCURRENT_MANAGED_ACCESS=0)"
+    )
 
-    def unsupported_reason(self, info: DeviceInfo) -> str | None:
-        if not info.attr("MANAGED_MEMORY"):
-            return "managed: the device reports MANAGED_MEMORY=0 (no managed memory)"
-        return None
+    def allocate(self, drv: driver.DriverBackend, nbytes: int) -> Allocation:
+        from pytest_jetmem.cuda.driver import MEM_ATTACH_GLOBAL
 
-    def allocate(self, drv: Any, nbytes: int) -> Allocation:
-        ptr = drv.mem_alloc_managed(nbytes, driver.MEM_ATTACH_GLOBAL)
+        ptr = drv.mem_alloc_managed(nbytes, MEM_ATTACH_GLOBAL)
         return Allocation(ptr, ptr, nbytes)
 
-    def free(self, drv: Any, alloc: Allocation) -> None:
+    def free(self, drv: driver.DriverBackend, alloc: Allocation) -> None:
         drv.mem_free(alloc.ptr)
 
 
 class ZeroCopyMode(MemoryMode):
     name = "zero_copy"
-    has_host_view = True
-    pool = "host"
     description = "cuMemHostAlloc(DEVICEMAP): pinned host memory mapped into the GPU, no copies"
+    host_access = HostAccess.MAPPED
+    crosses_pcie = True
+    pool = Pool.HOST
+    requires: ClassVar[Mapping[str, str]] = {"CAN_MAP_HOST_MEMORY": "cannot map host memory"}
+    host_note = (
+        "zero_copy memory is pinned host memory: the CPU may touch it while kernels run without any "
+        "attachment (synchronize before reading what a kernel wrote)"
+    )
 
-    def unsupported_reason(self, info: DeviceInfo) -> str | None:
-        if not info.attr("CAN_MAP_HOST_MEMORY"):
-            return "zero_copy: the device reports CAN_MAP_HOST_MEMORY=0 (cannot map host memory)"
-        return None
+    def host_alloc_flags(self) -> int:
+        """``cuMemHostAlloc``'s flags: DEVICEMAP | PORTABLE (a subclass may add WRITECOMBINED)."""
+        from pytest_jetmem.cuda.driver import MEMHOSTALLOC_DEVICEMAP, MEMHOSTALLOC_PORTABLE
 
-    def allocate(self, drv: Any, nbytes: int) -> Allocation:
-        host = drv.mem_host_alloc(nbytes, driver.MEMHOSTALLOC_DEVICEMAP | driver.MEMHOSTALLOC_PORTABLE)
+        return MEMHOSTALLOC_DEVICEMAP | MEMHOSTALLOC_PORTABLE
+
+    def allocate(self, drv: driver.DriverBackend, nbytes: int) -> Allocation:
+        host = drv.mem_host_alloc(nbytes, self.host_alloc_flags())
         try:
             dptr = drv.mem_host_get_device_pointer(host)
         except Exception:
@@ -101,33 +268,103 @@ class ZeroCopyMode(MemoryMode):
             raise
         return Allocation(dptr, host, nbytes)
 
-    def free(self, drv: Any, alloc: Allocation) -> None:
+    def free(self, drv: driver.DriverBackend, alloc: Allocation) -> None:
         assert alloc.host_ptr is not None
         drv.mem_free_host(alloc.host_ptr)
 
 
+# -- the registry ----------------------------------------------------------------------------------------
+#: The registry, in registration order: read it through :func:`registered`, :func:`names`, :func:`get_mode`;
+#: change it through :func:`register` and :func:`unregister` only.
 MODES: dict[str, MemoryMode] = {}
+
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def register(mode: MemoryMode) -> MemoryMode:
-    """Add a mode to the registry (its name must be new)."""
+    """Add ``mode`` to the registry, after the modes there (its name must be new); returns it.
+
+    Its name must be a Python identifier (it appears in test ids and in ``--jetmem-modes``' comma lists), and each
+    attribute of its ``requires`` one that the device probe reads (``driver.MEMORY_ATTRIBUTES``,
+    ``driver.OTHER_ATTRIBUTES``): another would read as 0 on every device. Register a mode before pytest
+    collects, e.g. in a ``conftest.py`` or a plugin module.
+    """
+    if not isinstance(mode, MemoryMode):
+        raise TypeError(f"register: expected a MemoryMode instance, got {mode!r}")
+    if not _NAME.fullmatch(mode.name or ""):
+        raise ValueError(f"memory mode name {mode.name!r}: expected a Python identifier such as 'pinned_staging'")
     if mode.name in MODES:
         raise ValueError(f"memory mode {mode.name!r} is already registered")
+    from pytest_jetmem.cuda.driver import MEMORY_ATTRIBUTES, OTHER_ATTRIBUTES
+
+    probed = (*MEMORY_ATTRIBUTES, *OTHER_ATTRIBUTES)
+    unknown = [a for a in mode.requires if a not in probed]
+    if unknown:
+        raise ValueError(
+            f"memory mode {mode.name!r} requires device attribute(s) {', '.join(unknown)} that the device probe "
+            f"does not read; expected some of {', '.join(probed)}"
+        )
     MODES[mode.name] = mode
     return mode
 
 
-for _mode in (DeviceMode(), ManagedMode(), ZeroCopyMode()):
-    register(_mode)
+def unregister(name: str) -> MemoryMode:
+    """Remove the mode ``name`` from the registry and return it (ValueError where it is not registered)."""
+    mode = get_mode(name)
+    del MODES[name]
+    return mode
 
-DEFAULT_MODES: tuple[str, ...] = ("device", "managed", "zero_copy")
+
+@contextlib.contextmanager
+def using(*modes: MemoryMode) -> Iterator[tuple[MemoryMode, ...]]:
+    """Register ``modes`` for the ``with`` block and unregister them after (for tests)."""
+    done: list[MemoryMode] = []
+    try:
+        for mode in modes:
+            done.append(register(mode))
+        yield modes
+    finally:
+        for mode in reversed(done):
+            if MODES.get(mode.name) is mode:
+                del MODES[mode.name]
+
+
+def registered() -> tuple[MemoryMode, ...]:
+    """Every registered mode, in registry order."""
+    return tuple(MODES.values())
+
+
+def names() -> tuple[str, ...]:
+    """The names of every registered mode, in registry order."""
+    return tuple(MODES)
+
+
+def default_names() -> tuple[str, ...]:
+    """The names of the modes a bare ``@pytest.mark.memmode`` runs (``default``), in registry order."""
+    return tuple(name for name, mode in MODES.items() if mode.default)
 
 
 def get_mode(name: str) -> MemoryMode:
+    """The registered mode ``name``; ValueError naming the registered ones where there is none."""
     try:
         return MODES[name]
     except KeyError:
         raise ValueError(f"unknown memory mode {name!r}; expected one of {', '.join(MODES)}") from None
+
+
+def find_mode(name: str) -> MemoryMode | None:
+    """The registered mode ``name``, or None (a mode in a row from another session may not be registered here)."""
+    return MODES.get(name)
+
+
+def rank(name: str) -> tuple[int, str]:
+    """A sort key for mode names: registered modes in registry order, then the others by name."""
+    mode = MODES.get(name)
+    return (mode.order, "") if mode is not None else (len(MODES), name)
+
+
+for _mode in (DeviceMode(), ManagedMode(), ZeroCopyMode()):
+    MODES[_mode.name] = _mode  # not through register(), whose checks import the driver (a unit test makes them)
 
 
 def parse_mode_list(text: str, source: str) -> tuple[str, ...]:
@@ -136,22 +373,22 @@ def parse_mode_list(text: str, source: str) -> tuple[str, ...]:
     Empty, unknown or repeated names are a ValueError naming ``source``, the value and what was expected.
     """
     given = [n for n in text.replace(",", " ").split() if n]
-    names = tuple(dict.fromkeys(given))
-    if not names:
+    chosen = tuple(dict.fromkeys(given))
+    if not chosen:
         raise ValueError(f"{source}: expected a list of memory modes ({', '.join(MODES)}), got {text!r}")
-    bad = [n for n in names if n not in MODES]
+    bad = [n for n in chosen if n not in MODES]
     if bad:
         raise ValueError(
             f"{source}: unknown memory mode{'s' if len(bad) > 1 else ''} {', '.join(map(repr, bad))}; "
             f"expected one of {', '.join(MODES)}"
         )
-    repeated = [n for n in names if given.count(n) > 1]
+    repeated = [n for n in chosen if given.count(n) > 1]
     if repeated:
         raise ValueError(
             f"{source}: memory mode{'s' if len(repeated) > 1 else ''} {', '.join(map(repr, repeated))} given more "
             f"than once in {text!r}; expected each mode at most once"
         )
-    return names
+    return chosen
 
 
 #: /proc/meminfo under ``$JETMEM_SYSROOT`` when it is set (recorded trees in tests), else under ``/``.

@@ -28,7 +28,7 @@ import mmap
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pytest_jetmem.cuda import driver
 from pytest_jetmem.cuda.buffer import Buffer
@@ -143,10 +143,11 @@ class CheckDriver:
     """A driver backend for machines without a GPU (see the module's docstring). NVRTC is ``nvrtc``'s.
 
     ``nvrtc``: the backend whose ``nvrtc_version``/``nvrtc_supported_archs``/``nvrtc_compile`` are used
-    (the real :class:`~pytest_jetmem.cuda.driver.CudaDriver`, or a test's fake).
+    (the real :class:`~pytest_jetmem.cuda.driver.CudaDriver`, or a test's fake). Implements
+    :class:`~pytest_jetmem.cuda.driver.DriverBackend` (mypy checks it, below the class).
     """
 
-    nvrtc: Any
+    nvrtc: driver.NvrtcBackend
     info: DeviceInfo
     launches: int = 0  #: kernel launches checked (not the stream blocker's)
     launched_kernels: list[str] = field(default_factory=list)  #: their symbols, in order
@@ -199,6 +200,10 @@ class CheckDriver:
 
     def clock_state(self, dev: Any) -> None:
         """No NVML without a GPU: the clocks are not known."""
+        return None
+
+    def nvrtc_library(self) -> None:
+        """Not said here: the session header names the NVRTC of the backend that compiles (``nvrtc``)."""
         return None
 
     def mem_get_info(self) -> tuple[int, int]:
@@ -303,9 +308,6 @@ class CheckDriver:
     def stream_synchronize(self, stream: Any) -> None:
         pass
 
-    def stream_query(self, stream: Any) -> bool:
-        return True
-
     def stream_attach_mem_async(self, stream: Any, ptr: int, flags: int) -> None:
         self._find("cuStreamAttachMemAsync", ptr, 1)
 
@@ -373,6 +375,10 @@ class CheckDriver:
         return bytes(cubin), str(log), dict(lowered)
 
 
+if TYPE_CHECKING:  # mypy checks the no-GPU backend against the driver interface
+    _CHECK: driver.DriverBackend = CheckDriver(driver.CudaDriver(), check_device_info(("sm_87",), (13, 0), ""))
+
+
 class NoGpuObserver:
     """A workspace observer for :class:`CheckDriver`: host access to a buffer after a kernel launch needs a GPU.
 
@@ -401,12 +407,15 @@ class NoGpuObserver:
     def synchronized(self, stream: Any = None) -> None:
         pass
 
+    def synchronized_all(self) -> None:
+        pass
+
     def attached(self, buf: Buffer, attachment: Any, queued_on: Any = None, *, pending: bool = False) -> None:
         pass
 
 
 def open_check_session(
-    nvrtc: Any,
+    nvrtc: driver.NvrtcBackend,
     archs: Sequence[str],
     reason: str,
     cache: Any = None,

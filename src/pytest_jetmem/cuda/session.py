@@ -11,7 +11,6 @@ import contextlib
 import ctypes
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -25,7 +24,14 @@ from pytest_jetmem.cuda.compiler import (
     normalize_options,
 )
 from pytest_jetmem.cuda.device import Device, open_device
-from pytest_jetmem.cuda.driver import MEMHOSTALLOC_DEVICEMAP, MEMHOSTALLOC_PORTABLE
+from pytest_jetmem.cuda.driver import (
+    MEMHOSTALLOC_DEVICEMAP,
+    MEMHOSTALLOC_PORTABLE,
+    DriverBackend,
+    FunctionHandle,
+    ModuleHandle,
+    StreamHandle,
+)
 from pytest_jetmem.cuda.launch import Kernel, LaunchContext, parse_signature
 from pytest_jetmem.errors import CudaError, CudaUnavailable, hide_for_user_errors
 
@@ -56,16 +62,16 @@ class CudaSession:
         #: The name of every kernel asked for through :meth:`compiled`, memo hits included (not the stream blocker).
         self.compile_requests: list[str] = []
         self._l2_scratch: int | None = None
-        self._functions: dict[str, tuple[int, Any, Any]] = {}  # key -> (generation, module, function)
+        self._functions: dict[str, tuple[int, ModuleHandle, FunctionHandle]] = {}  # key -> (generation, module, func)
         self._compiled: dict[tuple[str, str, tuple[str, ...], tuple[str, ...]], CompiledKernel] = {}
         self._blocker: StreamBlocker | None = None
 
     @property
-    def drv(self) -> Any:
+    def drv(self) -> DriverBackend:
         return self.device.drv
 
     @property
-    def stream(self) -> Any:
+    def stream(self) -> StreamHandle:
         return self.device.stream
 
     def compiled(
@@ -97,7 +103,7 @@ class CudaSession:
             self._compiled[key] = builds[0]
         return self._compiled[key]
 
-    def function(self, compiled: CompiledKernel) -> Any:
+    def function(self, compiled: CompiledKernel) -> FunctionHandle:
         """The loaded ``CUfunction`` of a compiled kernel (loaded once per context)."""
         entry = self._functions.get(compiled.key)
         if entry is None or entry[0] != self.device.generation:

@@ -3,7 +3,9 @@
 The CUDA layer's per-test object. It allocates through a :class:`~pytest_jetmem.cuda.session.CudaSession`,
 owns every buffer it allocates (all freed by :meth:`Workspace.close`), launches on the session's stream
 and tells its observers (Tegra-strict mode) about allocations, the GPU work it queues (kernel launches, memsets,
-copies), synchronisations, attachments and host access.
+copies, prefetches), synchronisations, attachments and host access. Every piece of stream work above the CUDA
+layer (the timing code's events and L2 flush, the coherence probes' counters, the state machine's copies) is
+queued through a method here, never on the driver directly, so the observers see all of it.
 The ``jetmem`` handle (:class:`pytest_jetmem.handle.Jetmem`) is a workspace plus measurement and correctness
 helpers; nothing in this layer refers to it.
 """
@@ -22,10 +24,12 @@ from pytest_jetmem.cuda.attachment import Attachment
 from pytest_jetmem.cuda.buffer import Buffer
 from pytest_jetmem.cuda.compiler import CompiledKernel
 from pytest_jetmem.cuda.device import DeviceInfo
+from pytest_jetmem.cuda.driver import DriverBackend, EventHandle, FunctionHandle, StreamHandle
 from pytest_jetmem.cuda.launch import Kernel, LaunchTarget, parse_signature
 from pytest_jetmem.cuda.modes import (
     Allocation,
     MemoryMode,
+    Pool,
     get_mode,
     host_available_bytes,
     integrated_allocatable_bytes,
@@ -34,7 +38,7 @@ from pytest_jetmem.cuda.session import CudaSession, open_session
 from pytest_jetmem.errors import AllocationRefused, CudaError, CudaUnavailable, hide_for_user_errors
 
 #: The kinds of GPU work a workspace reports to :meth:`WorkObserver.queued`.
-KERNEL, MEMSET, COPY = "kernel", "memset", "copy"
+KERNEL, MEMSET, COPY, PREFETCH = "kernel", "memset", "copy", "prefetch"
 
 
 class WorkObserver(Protocol):
@@ -44,10 +48,14 @@ class WorkObserver(Protocol):
         """``buf`` was just allocated (no work has touched it yet)."""
 
     def queued(self, stream: Any, what: str) -> None:
-        """GPU work of kind ``what`` (:data:`KERNEL`, :data:`MEMSET`, :data:`COPY`) was queued on ``stream``."""
+        """GPU work of kind ``what`` (:data:`KERNEL`, :data:`MEMSET`, :data:`COPY`, :data:`PREFETCH`) was queued
+        on ``stream``."""
 
     def synchronized(self, stream: Any = None) -> None:
         """``stream`` finished its work, as far as the host knows."""
+
+    def synchronized_all(self) -> None:
+        """Every stream finished its work (``cuCtxSynchronize``)."""
 
     def attached(self, buf: Buffer, attachment: Attachment, queued_on: Any = None, *, pending: bool = False) -> None:
         """``buf`` got ``attachment`` (queued on ``queued_on``; ``pending``: maybe not in effect yet)."""
@@ -64,7 +72,6 @@ class Workspace:
         self._mode: MemoryMode = get_mode(mode)
         self.nodeid = nodeid
         self.buffers: list[Buffer] = []
-        self.allocated_bytes = 0
         self.closed = False
         self.observers: list[WorkObserver] = []
         self._kernels: dict[str, Kernel] = {}
@@ -75,16 +82,22 @@ class Workspace:
         return self._mode.name
 
     @property
+    def memory_mode(self) -> MemoryMode:
+        """The test's memory mode (what is known about it: host access, managed, ...)."""
+        return self._mode
+
+    @property
     def device(self) -> DeviceInfo:
         return self.session.device.info
 
     @property
-    def drv(self) -> Any:
-        """The driver backend (:mod:`pytest_jetmem.cuda.driver`) this workspace calls."""
+    def drv(self) -> DriverBackend:
+        """The driver backend (:mod:`pytest_jetmem.cuda.driver`) this workspace calls. Queue stream work through
+        the workspace's methods instead (:meth:`memset_range`, :meth:`copy_range`, ...): observers see only those."""
         return self.session.drv
 
     @property
-    def stream(self) -> Any:
+    def stream(self) -> StreamHandle:
         return self.session.device.stream
 
     @property
@@ -118,7 +131,6 @@ class Workspace:
         alloc = self._allocate(memmode, nbytes)
         buf = Buffer(self, memmode, alloc, shp, dt)
         self.buffers.append(buf)
-        self.allocated_bytes += nbytes
         for observer in self.observers:
             observer.allocated(buf)
         return buf
@@ -160,7 +172,7 @@ class Workspace:
         """
         if self.device.integrated:
             return integrated_allocatable_bytes(self.session.device.free_memory())
-        if memmode.pool == "host":
+        if memmode.pool is Pool.HOST:
             return host_available_bytes(), "host memory available, MemAvailable"
         return self.session.device.free_memory(), "device memory free, cuMemGetInfo"
 
@@ -173,24 +185,63 @@ class Workspace:
         if alloc is not None:
             buf.memory_mode.free(self.drv, alloc)
 
-    # -- device-side operations --------------------------------------------------------------------
+    # -- device-side operations (each queued on the stream; observers: GPU work) ----------------------
     def memset(self, buf: Buffer, value: int) -> None:
         """Queue ``cuMemsetD8`` of every byte of ``buf`` to ``value`` on the stream (observers: GPU work)."""
-        if buf.nbytes:
-            self.drv.memset_d8(buf.ptr, value, buf.nbytes, self.stream)
+        self.memset_range(buf.ptr, value, buf.nbytes)
+
+    def memset_range(self, ptr: int, value: int, nbytes: int) -> None:
+        """Queue ``cuMemsetD8Async`` of ``nbytes`` bytes at device address ``ptr`` to ``value`` on the stream
+        (observers: a memset; nothing is queued for 0 bytes)."""
+        if nbytes:
+            self.drv.memset_d8(ptr, value, nbytes, self.stream)
             self.queued(self.stream, MEMSET)
 
     def copy(self, dst: Buffer, src: Buffer) -> None:
         """Queue a device-side copy of ``src`` into ``dst`` (cuMemcpyDtoDAsync; any modes; observers: GPU work)."""
         if dst.nbytes != src.nbytes:
             raise ValueError(f"{self.nodeid}: jetmem.copy: {src!r} and {dst!r} differ in size")
-        if src.nbytes:
-            self.drv.memcpy_dtod(dst.ptr, src.ptr, src.nbytes, self.stream)
+        self.copy_range(dst.ptr, src.ptr, src.nbytes)
+
+    def copy_range(self, dst: int, src: int, nbytes: int) -> None:
+        """Queue ``cuMemcpyDtoDAsync`` of ``nbytes`` bytes from device address ``src`` to ``dst`` on the stream
+        (observers: a copy)."""
+        if nbytes:
+            self.drv.memcpy_dtod(dst, src, nbytes, self.stream)
             self.queued(self.stream, COPY)
 
+    def copy_from_host(self, dst: int, host_ptr: int, nbytes: int) -> None:
+        """Queue ``cuMemcpyHtoDAsync`` of ``nbytes`` bytes from host memory at ``host_ptr`` to device address
+        ``dst`` on the stream (observers: a copy). The host memory must stay alive and unchanged until the stream
+        has passed the copy. (A buffer's synchronous host reads and writes, ``to_numpy`` and ``copy_from``, leave
+        no work queued: the host waits for them.)"""
+        if nbytes:
+            self.drv.memcpy_htod(dst, host_ptr, nbytes, self.stream)
+            self.queued(self.stream, COPY)
+
+    def prefetch(self, ptr: int, nbytes: int, device_ordinal: int) -> None:
+        """Queue ``cuMemPrefetchAsync`` of managed memory to ``device_ordinal`` (``driver.CPU_DEVICE_ID``: the
+        host) on the stream (observers: a prefetch)."""
+        if nbytes:
+            self.drv.mem_prefetch_async(ptr, nbytes, device_ordinal, self.stream)
+            self.queued(self.stream, PREFETCH)
+
+    def advise(self, ptr: int, nbytes: int, advice: str, device_ordinal: int) -> None:
+        """``cuMemAdvise`` on managed memory (``advice``: ``SET_READ_MOSTLY``, ...): a hint, no stream work."""
+        self.drv.mem_advise(ptr, nbytes, advice, device_ordinal)
+
+    def flush_l2(self) -> None:
+        """Queue the session's L2 flush (a memset of twice the L2 size) on the stream (observers: a memset)."""
+        self.session.flush_l2()
+        self.queued(self.stream, MEMSET)
+
+    def timer(self) -> StreamTimer:
+        """Two events on the stream, for the GPU time between two points of it (close it after use)."""
+        return StreamTimer(self.drv, self.stream)
+
     def queued(self, stream: Any, what: str) -> None:
-        """Observers learn that GPU work of kind ``what`` was queued on ``stream`` (also for work queued on the
-        driver directly, e.g. by the timing code, so Tegra-strict mode sees it)."""
+        """Observers learn that GPU work of kind ``what`` was queued on ``stream`` (by this workspace's methods, and
+        by ``cuda.attach``)."""
         for observer in self.observers:
             observer.queued(stream, what)
 
@@ -230,7 +281,7 @@ class Workspace:
         known = self._kernels[name] = Kernel(self, compiled, parse_signature(src, name))
         return known
 
-    def function(self, compiled: CompiledKernel) -> Any:
+    def function(self, compiled: CompiledKernel) -> FunctionHandle:
         """The loaded ``CUfunction`` of ``compiled`` (for :class:`~pytest_jetmem.cuda.launch.Kernel`)."""
         return self.session.function(compiled)
 
@@ -264,6 +315,12 @@ class Workspace:
         for observer in self.observers:
             observer.synchronized(self.stream)
 
+    def synchronize_device(self) -> None:
+        """Wait for all work on the device, every stream's (``cuCtxSynchronize``)."""
+        self.drv.ctx_synchronize()
+        for observer in self.observers:
+            observer.synchronized_all()
+
     # -- teardown ----------------------------------------------------------------------------------
     def close(self) -> list[str]:
         """Free every live buffer; return the problems met (teardown reports them)."""
@@ -285,6 +342,45 @@ class Workspace:
             except CudaError as exc:
                 problems.append(f"freeing {buf!r}: {exc}")
         return problems
+
+
+class StreamTimer:
+    """A start and an end event on one stream: the GPU time between the points where each was recorded.
+
+    Recording an event queues no work that reads or writes memory, so observers are not told of it;
+    :meth:`wait` is no synchronisation observers learn of either (work queued after :meth:`stop` may still run).
+    """
+
+    def __init__(self, drv: DriverBackend, stream: StreamHandle) -> None:
+        self._drv, self._stream = drv, stream
+        self._start: EventHandle = drv.event_create()
+        try:
+            self._end: EventHandle = drv.event_create()
+        except BaseException:
+            drv.event_destroy(self._start)
+            raise
+
+    def start(self) -> None:
+        """Record the start event on the stream."""
+        self._drv.event_record(self._start, self._stream)
+
+    def stop(self) -> None:
+        """Record the end event on the stream."""
+        self._drv.event_record(self._end, self._stream)
+
+    def wait(self) -> None:
+        """Wait until the stream has passed the end event."""
+        self._drv.event_synchronize(self._end)
+
+    def elapsed_ms(self) -> float:
+        """Milliseconds between the two events (after :meth:`wait`)."""
+        return self._drv.event_elapsed_ms(self._start, self._end)
+
+    def close(self) -> None:
+        """Destroy both events (errors are ignored: teardown reports what matters)."""
+        for event in (self._start, self._end):
+            with contextlib.suppress(Exception):
+                self._drv.event_destroy(event)
 
 
 W = TypeVar("W", bound=Workspace)

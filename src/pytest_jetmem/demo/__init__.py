@@ -31,7 +31,6 @@ from pathlib import Path
 import pytest
 
 HERE = Path(__file__).resolve().parent
-MODE_ORDER = ("device", "managed", "zero_copy")
 MAX_TIME_S = 0.25  # sampling cap per measurement: the whole demo stays within about a minute on a GPU
 
 __all__ = ["HERE", "MAX_TIME_S", "main", "pytest_args"]
@@ -47,9 +46,11 @@ class _NoGpuNotice:
 
     @pytest.hookimpl(trylast=True)
     def pytest_collection_finish(self, session: pytest.Session) -> None:
+        from pytest_jetmem.cuda.modes import rank  # not at import: the command's no-GPU line stays cheap
+
         modes = {_mode_of(item) for item in session.items}
         self.items = len(session.items)
-        self.modes = [m for m in MODE_ORDER if m in modes] + sorted(m for m in modes if m and m not in MODE_ORDER)
+        self.modes = sorted((m for m in modes if m), key=rank)  # registry order, then the others
 
     def line(self) -> str:
         over = f" over {', '.join(self.modes)}" if self.modes else ""

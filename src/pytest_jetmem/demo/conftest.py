@@ -2,17 +2,17 @@
 
 The demo tests time their work with the plugin's own API (``jetmem.measure(..., label="<scenario>/<case>",
 scope=...)``); the runtime plugin publishes each measurement as a row on the test's report
-(``report.jetmem_rows``), exactly as in any user's suite. This conftest collects those rows and prints the
+(a measurement record each), exactly as in any user's suite. This conftest collects those rows and prints the
 tables of :mod:`pytest_jetmem.demo.tables` after the plugin's own "jetmem runtimes" section.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
 from pytest_jetmem.demo.tables import Scenarios, format_tables
+from pytest_jetmem.measure.record import MeasurementRecord
+from pytest_jetmem.plugin.judging import report_records
 from pytest_jetmem.plugin.sessions import device_session
 
 _TABLES = pytest.StashKey["DemoTables"]()
@@ -26,13 +26,11 @@ class DemoTables:
 
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
-        self.rows: list[dict[str, Any]] = []
+        self.rows: list[MeasurementRecord] = []
         self.scenarios = Scenarios()
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        rows = getattr(report, "jetmem_rows", None)
-        if rows and report.when == "call":
-            self.rows.extend(rows)
+        self.rows.extend(report_records(report))
 
     @pytest.hookimpl(trylast=True)  # after the plugin's "jetmem runtimes" table
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:

@@ -1,7 +1,8 @@
 """The demo's end-of-run tables, built from the rows the runtime plugin publishes (no GPU needed here).
 
 Every demo test times its work with ``jetmem.measure(fn, label="<scenario>/<case>", scope=...)``; the plugin
-turns each measurement into a row (``report.jetmem_rows``: mode, label, scope, median, first call, ...). This
+turns each measurement into a row (a :class:`~pytest_jetmem.measure.record.MeasurementRecord` on the test's report:
+mode, label, scope, median, first call, ...). This
 module groups the rows by scenario and scope and prints one table per group: for each case (a kernel size,
 a matrix size, a frame) and mode, the median, the ratio to ``device``, the first call, and which mode wins.
 Modes within ``TIE`` (5%) of the fastest median share the win: the difference is within the noise.
@@ -15,12 +16,13 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
+from pytest_jetmem.cuda.modes import rank as _mode_rank  # registry order, then modes not registered here
+from pytest_jetmem.measure.record import MeasurementRecord
+
 TIE = 0.05  # modes within 5% of the fastest median share the win
-MODE_ORDER = ("device", "managed", "zero_copy")
 REFERENCE = "device"
 SCOPE_TEXT = {
     "kernel": "kernel time (CUDA events: device time of the kernel alone)",
@@ -64,12 +66,8 @@ def split_label(label: str) -> tuple[str, str]:
     return scenario, case
 
 
-def _natural(text: str) -> list[Any]:
+def _natural(text: str) -> list[int | str]:
     return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", text)]
-
-
-def _mode_rank(mode: str) -> tuple[int, str]:
-    return (MODE_ORDER.index(mode), "") if mode in MODE_ORDER else (len(MODE_ORDER), mode)
 
 
 def winners(medians: Mapping[str, float], tie: float = TIE) -> list[str]:
@@ -93,14 +91,14 @@ def _ratio(v: float | None, ref: float | None) -> str:
     return f"{v / ref:.2f}x"
 
 
-Group = dict[str, dict[str, Mapping[str, Any]]]  # case -> mode -> row
+Group = dict[str, dict[str, MeasurementRecord]]  # case -> mode -> row
 
 
-def _groups(rows: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str], Group]:
+def _groups(rows: Iterable[MeasurementRecord]) -> dict[tuple[str, str], Group]:
     out: dict[tuple[str, str], Group] = {}
     for r in rows:
-        scenario, case = split_label(str(r.get("label") or ""))
-        out.setdefault((scenario, str(r["scope"])), {}).setdefault(case, {})[str(r["mode"])] = r
+        scenario, case = split_label(r.identity.label)
+        out.setdefault((scenario, r.identity.scope), {}).setdefault(case, {})[r.mode] = r
     return out
 
 
@@ -116,12 +114,12 @@ def _table(title: str, scope: str, group: Group) -> list[str]:
     by_winners: dict[tuple[str, ...], list[str]] = {}
     for case in cases:
         by_mode = group[case]
-        medians = {m: float(r["median"]) for m, r in by_mode.items()}
+        medians = {m: r.median for m, r in by_mode.items()}
         win = winners(medians)
         ref = medians.get(REFERENCE)
         for i, mode in enumerate(m for m in modes if m in by_mode):
             r = by_mode[mode]
-            first = r.get("first_call_ms")
+            first = r.statistics.first_call_ms
             cell = (f"{case if i == 0 else '':<{cw}}  " if show_case else "") + f"{mode:<{mw}}  "
             cell += f"{_ms(medians[mode]):>10}  {_ratio(medians[mode], ref):>9}  {_ms(first):>13}"
             if mode in win and len(by_mode) > 1:
@@ -136,7 +134,7 @@ def _table(title: str, scope: str, group: Group) -> list[str]:
     return lines
 
 
-def _verdict(by_mode: Mapping[str, Any], win: Sequence[str], medians: Mapping[str, float]) -> str:
+def _verdict(by_mode: Mapping[str, object], win: Sequence[str], medians: Mapping[str, float]) -> str:
     if len(by_mode) < 2:
         return f"only {next(iter(by_mode))} ran"
     if len(win) == 1:
@@ -155,7 +153,7 @@ def _series_table(scenario: Scenario, scope: str, group: Group) -> list[str]:
 
     def value(it: str, mode: str) -> float:
         r = group[it].get(mode)
-        v = r.get("first_call_ms") if r else None
+        v = r.statistics.first_call_ms if r else None
         return float(v) if v is not None else float("nan")
 
     def phase(its: Sequence[str], mode: str) -> float:
@@ -186,7 +184,7 @@ def _series_table(scenario: Scenario, scope: str, group: Group) -> list[str]:
 
 
 def format_tables(
-    rows: Iterable[Mapping[str, Any]],
+    rows: Iterable[MeasurementRecord],
     scenarios: Scenarios | None = None,
     device: str | None = None,
 ) -> list[str]:

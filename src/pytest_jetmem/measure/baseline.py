@@ -56,7 +56,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_jetmem.atomic import write_atomic
-from pytest_jetmem.errors import BaselineError, BaselineExists, BaselineNotFound
+from pytest_jetmem.errors import BaselineError, BaselineErrorKind, BaselineExists, BaselineNotFound
 from pytest_jetmem.machine.fingerprint import FINGERPRINT_FIELDS, Machine
 from pytest_jetmem.measure.stats import Summary, summarize
 from pytest_jetmem.validate import expect, is_int, is_number
@@ -72,6 +72,7 @@ __all__ = [
     "VERSION",
     "Baseline",
     "BaselineError",
+    "BaselineErrorKind",
     "BaselineExists",
     "BaselineNotFound",
     "BaselineStore",
@@ -283,7 +284,7 @@ def _atomic_write(path: Path, data: bytes) -> None:
     try:
         write_atomic(path, data, sync_dir=True)
     except OSError as exc:
-        raise BaselineError(path, f"cannot write: {exc}") from exc
+        raise BaselineError(path, f"cannot write: {exc}", BaselineErrorKind.CANNOT_WRITE) from exc
 
 
 MAX_RUNS = 50
@@ -383,12 +384,18 @@ class BaselineStore:
     def _locked(self, path: Path) -> Iterator[None]:
         """Hold an exclusive flock on ``<path>.lock`` (a sibling file, left in place)."""
         if fcntl is None:  # pragma: no cover - not POSIX
-            raise BaselineError(path, "saving baselines needs POSIX file locks (fcntl), missing on this platform")
+            raise BaselineError(
+                path,
+                "saving baselines needs POSIX file locks (fcntl), missing on this platform",
+                BaselineErrorKind.CANNOT_WRITE,
+            )
         lock_path = path.with_name(path.name + ".lock")
         try:
             fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as exc:
-            raise BaselineError(path, f"cannot open lock file {lock_path}: {exc}") from exc
+            raise BaselineError(
+                path, f"cannot open lock file {lock_path}: {exc}", BaselineErrorKind.CANNOT_WRITE
+            ) from exc
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             yield
@@ -431,7 +438,9 @@ class BaselineStore:
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise BaselineError(path, f"cannot create directory {self.directory}: {exc}") from exc
+            raise BaselineError(
+                path, f"cannot create directory {self.directory}: {exc}", BaselineErrorKind.CANNOT_WRITE
+            ) from exc
 
         prev = path.with_name(path.name + ".prev")
         with self._locked(path):
@@ -449,12 +458,15 @@ class BaselineStore:
                     path,
                     f"cannot add to it ({unreadable.reason}); pass overwrite to replace it "
                     f"(the old file is kept as {prev.name})",
+                    BaselineErrorKind.CANNOT_ADD,
                 ) from unreadable
             if existing is not None and existing.session == session:
                 diffs = existing.machine.mismatches(machine)
                 if diffs:
                     raise BaselineError(
-                        path, f"session {session} already saved it from another machine: " + "; ".join(diffs)
+                        path,
+                        f"session {session} already saved it from another machine: " + "; ".join(diffs),
+                        BaselineErrorKind.OTHER_MACHINE,
                     )
                 merged = dict(existing.entries)
                 for key, entry in new.items():  # a key saved again replaces this session's runs, not older ones
@@ -474,7 +486,11 @@ class BaselineStore:
             elif existing is not None and append:
                 diffs = existing.machine.mismatches(machine)
                 if diffs:
-                    raise BaselineError(path, "cannot append runs from another machine: " + "; ".join(diffs))
+                    raise BaselineError(
+                        path,
+                        "cannot append runs from another machine: " + "; ".join(diffs),
+                        BaselineErrorKind.OTHER_MACHINE,
+                    )
                 # every run labelled with its session, so that an xdist worker of this session that saves after
                 # this one replaces only this session's runs
                 merged = {k: _labelled(e, existing.session) for k, e in existing.entries.items()}
@@ -505,7 +521,9 @@ class BaselineStore:
                     try:
                         kept = path.read_bytes()
                     except OSError as exc:
-                        raise BaselineError(path, f"cannot read it to keep a copy: {exc}") from exc
+                        raise BaselineError(
+                            path, f"cannot read it to keep a copy: {exc}", BaselineErrorKind.CANNOT_WRITE
+                        ) from exc
                     _atomic_write(prev, kept)
                 baseline = Baseline(
                     name=name, created=_utc_now(), session=session, machine=machine, entries=new, path=path

@@ -8,45 +8,25 @@ import platform
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
 
 from pytest_jetmem.atomic import write_atomic
+from pytest_jetmem.measure.record import BaselineComparison, MeasurementRecord
 
 
-def benchmark_json(rows: Iterable[Mapping[str, Any]], machine: Mapping[str, Any]) -> dict[str, Any]:
+def benchmark_json(records: Iterable[MeasurementRecord], machine: Mapping[str, object]) -> dict[str, object]:
     """One pytest-benchmark entry per (test, mode, measurement); times in seconds as it expects."""
     from pytest_benchmark import __version__ as pb_version
     from pytest_benchmark.stats import Stats
 
-    benchmarks = []
-    for row in rows:
+    benchmarks: list[dict[str, object]] = []
+    for record in records:
         stats = Stats()
-        for ms in row["samples"]:
+        for ms in record.statistics.samples:
             stats.update(ms / 1e3)
         data = stats.as_dict()
         data["data"] = list(stats.data)
         data["iterations"] = 1
-        name = row["nodeid"].rsplit("::", 1)[-1]
-        benchmarks.append(
-            {
-                "group": f"jetmem:{row['key']}",
-                "name": f"{name}:{row['key']}",
-                "fullname": f"{row['nodeid']}:{row['key']}",
-                "params": {"memmode": row["mode"]},
-                "param": row["mode"],
-                "extra_info": {
-                    "scope": row["scope"],
-                    "first_call_ms": row.get("first_call_ms"),
-                    "ratio": row.get("ratio"),
-                    "relative_to": row.get("relative_to"),
-                    "baseline": row.get("baseline"),
-                    "baseline_change_pct": row.get("baseline_change_pct"),
-                    "verdict": row.get("verdict"),
-                },
-                "options": {"timer": "cuda events" if row["scope"] == "kernel" else "perf_counter", "warmup": True},
-                "stats": data,
-            }
-        )
+        benchmarks.append(_entry(record, data))
     return {
         "machine_info": {
             "node": platform.node(),
@@ -66,7 +46,33 @@ def benchmark_json(rows: Iterable[Mapping[str, Any]], machine: Mapping[str, Any]
     }
 
 
-def write_benchmark_json(path: str | os.PathLike[str], doc: Mapping[str, Any]) -> None:
+def _entry(record: MeasurementRecord, stats: dict[str, object]) -> dict[str, object]:
+    """The pytest-benchmark entry of ``record`` with its ``stats``; ``extra_info`` holds what pytest-benchmark
+    has no field for."""
+    ident, judgement = record.identity, record.judgement
+    name = ident.nodeid.rsplit("::", 1)[-1]
+    side, cmp = judgement.ratio, judgement.baseline
+    return {
+        "group": f"jetmem:{ident.key}",
+        "name": f"{name}:{ident.key}",
+        "fullname": f"{ident.nodeid}:{ident.key}",
+        "params": {"memmode": ident.mode},
+        "param": ident.mode,
+        "extra_info": {
+            "scope": ident.scope,
+            "first_call_ms": record.statistics.first_call_ms,
+            "ratio": side.ratio if side is not None else None,
+            "relative_to": side.relative_to if side is not None else None,
+            "baseline": cmp.verdict.value if isinstance(cmp, BaselineComparison) else cmp.text if cmp else None,
+            "baseline_change_pct": cmp.change_pct if isinstance(cmp, BaselineComparison) else None,
+            "verdict": judgement.verdict.value,
+        },
+        "options": {"timer": "cuda events" if ident.scope == "kernel" else "perf_counter", "warmup": True},
+        "stats": stats,
+    }
+
+
+def write_benchmark_json(path: str | os.PathLike[str], doc: Mapping[str, object]) -> None:
     """Write atomically (:func:`write_atomic`), creating the folder if needed."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)

@@ -66,7 +66,6 @@ class Duet:
         self._pending: list[str] = []  # messages read but not consumed yet
         self.seq = 0
         self.calls = 0  # measure calls met so far in the current test
-        self.paired_calls = 0
         #: whether the other side ended the test while the last :meth:`take_turns` waited for its turn
         self.peer_left = False
 
@@ -132,10 +131,7 @@ class Duet:
             if (theirs.seq, theirs.index) > (mine.seq, mine.index):
                 self._pending.insert(0, message)  # the peer has no such call: it comes back at our next meet
                 return False
-            if theirs.label != mine.label:
-                return False
-            self.paired_calls += 1
-            return True
+            return theirs.label == mine.label
 
     # -- turns --------------------------------------------------------------------------------------
     def _pass(self, done: bool) -> None:

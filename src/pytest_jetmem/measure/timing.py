@@ -139,53 +139,43 @@ class Sampler:
         self.outputs = [(b, np.empty(b.shape, b.dtype)) for b in outputs]
         self.flush_l2 = flush_l2
         self.block_stream = block_stream
-        drv = ws.drv
-        self._start, self._end = drv.event_create(), drv.event_create()
+        self._timer = ws.timer()
 
     def close(self) -> None:
-        drv = self.ws.drv
-        for ev in (self._start, self._end):
-            with contextlib.suppress(Exception):
-                drv.event_destroy(ev)
+        self._timer.close()
 
     def _device_sample(self) -> tuple[float, float]:
         """(device ms, wall ms) of one call, the stream held while the work is queued."""
-        ws, drv = self.ws, self.ws.drv
+        ws, timer = self.ws, self._timer
         if self.flush_l2:
-            ws.session.flush_l2()
+            ws.flush_l2()
         blocker = ws.session.blocker() if self.block_stream else None
         t0 = time.perf_counter()
         if blocker is not None:
             blocker.hold(ws)
-        drv.event_record(self._start, ws.stream)
+        timer.start()
         try:
             self.fn()
         finally:
-            drv.event_record(self._end, ws.stream)
+            timer.stop()
             if blocker is not None:
                 blocker.release()
-        drv.event_synchronize(self._end)
+        timer.wait()
         wall = (time.perf_counter() - t0) * 1e3
-        return drv.event_elapsed_ms(self._start, self._end), wall
+        return timer.elapsed_ms(), wall
 
     def _end_to_end_sample(self) -> float:
-        ws, drv = self.ws, self.ws.drv
+        ws = self.ws
         if self.flush_l2:
-            ws.session.flush_l2()
+            ws.flush_l2()
         ws.synchronize()
         t0 = time.perf_counter()
         for buf, arr in self.inputs:
-            if buf.allocation.host_ptr is None:
-                drv.memcpy_htod(buf.ptr, arr.ctypes.data, buf.nbytes)
-            else:
-                np.copyto(buf.host, arr)
+            buf.write_host(arr)  # the mode's way: a copy for device memory, a store through the view for mapped
         self.fn()
         ws.synchronize()
         for buf, out in self.outputs:
-            if buf.allocation.host_ptr is None:
-                drv.memcpy_dtoh(out.ctypes.data, buf.ptr, buf.nbytes)
-            else:
-                np.copyto(out, buf.host)
+            buf.read_host(out)
         return (time.perf_counter() - t0) * 1e3
 
     def first(self) -> tuple[float, float]:

@@ -27,68 +27,71 @@ import shutil
 import subprocess
 import tarfile
 import tempfile
-from collections.abc import Generator, Sequence
-from dataclasses import dataclass
+from collections.abc import Generator, Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_jetmem.handle import Jetmem
-from pytest_jetmem.measure.compare import compare_paired
-from pytest_jetmem.measure.duet import BASE, CHANGE, Duet, make_channel
-from pytest_jetmem.plugin import options
-from pytest_jetmem.plugin.children import ChildProcess, DrivenChannel, run_in_children_only, session_argv, spawn_driven
-from pytest_jetmem.plugin.judging import apply_comparison, at_other_clocks, clock_mhz, over_pcie, publish_row
+from pytest_jetmem.errors import RecordError
+from pytest_jetmem.plugin import children, options
+from pytest_jetmem.plugin.children import (
+    Child,
+    DrivenChild,
+    body_outcome,
+    child_argv,
+    child_env,
+    from_wire,
+    run_in_children_only,
+)
+from pytest_jetmem.plugin.judging import (
+    REPORT_ATTRIBUTE,
+    apply_comparison,
+    at_other_clocks,
+    clock_mhz,
+    over_pcie,
+    publish_record,
+)
 from pytest_jetmem.plugin.runtime_spec import item_spec
 from pytest_jetmem.plugin.sessions import device_session, gate_session
 
+if TYPE_CHECKING:  # imported where used: a run without --jetmem-against loads no handle, measure or numpy
+    from pytest_jetmem.measure.duet import Duet
+    from pytest_jetmem.measure.record import MeasurementRecord
+
 SIDE_ENV = "PYTEST_JETMEM_AGAINST_SIDE"  # "0" (base) or "1" (change): this process is a child
 CHANNEL_ENV = "PYTEST_JETMEM_AGAINST_CHANNEL"
-FDS_ENV = "PYTEST_JETMEM_AGAINST_FDS"  # "<command fd>,<result fd>"
-SIDE_NAMES = {BASE: "base", CHANGE: "change"}
-#: Options the parent keeps to itself: the children neither save, compare nor report.
-PARENT_ONLY = (
-    "--jetmem-against",
-    "--jetmem-save",
-    "--jetmem-compare",
-    "--jetmem-report",
-    "--jetmem-benchmark-json",
-    "--jetmem-append",
-    "--jetmem-overwrite",
-)
+
+
+def _side_name(side: int) -> str:
+    """``base`` or ``change``: what the logs and messages call a side."""
+    from pytest_jetmem.measure.duet import BASE
+
+    return "base" if side == BASE else "change"
+
 
 _PARENT = pytest.StashKey["AgainstParent"]()
 _CHILD = pytest.StashKey["AgainstChild"]()
-_current_child: AgainstChild | None = None  # pytest_runtest_logreport has no config: the child of this process
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    group = options.option_group(parser)
-    group.addoption(
-        "--jetmem-against",
-        default=None,
-        metavar="REF",
-        help="measure the base REF (a git revision of the repository under test, or the path of a prepared "
-        "checkout) and this tree in turns on the same GPU, and judge every measured test on the paired data",
-    )
-    parser.addini("jetmem_against", "like --jetmem-against: the base to measure this tree against", default="")
+    options.add(parser, "against")
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    side = os.environ.get(SIDE_ENV)
-    if side is not None:
-        global _current_child
-        _current_child = config.stash[_CHILD] = AgainstChild.from_environment(config, int(side))
-        device_session(config).relay_allowed = False  # the parent pairs this side's tests: no relay behind it
+    driven = children.configure_child(config)
+    side = os.environ.pop(SIDE_ENV, None)
+    if side is not None and isinstance(driven, DrivenChild):
+        config.stash[_CHILD] = AgainstChild.from_environment(config, int(side), driven)
         return
     ref = options.get_str(config, "against")
     if ref is None:
         return
     _, against = options.raw(config, "against")
-    for clash in ("save", "compare"):  # --jetmem-save has no ini key; --jetmem-compare has jetmem_compare
-        if options.get_str(config, clash, ini=clash != "save") is not None:
-            _, source = options.raw(config, clash, ini=clash != "save")
+    for clash in ("save", "compare"):  # the option, or the ini key where the setting has one (jetmem_compare)
+        if options.get_str(config, clash) is not None:
+            _, source = options.raw(config, clash)
             raise pytest.UsageError(
                 f"{against}={ref} measures the base in the same job: it needs no stored baseline; "
                 f"drop {source} or {against}"
@@ -156,7 +159,7 @@ class AgainstParent:
         self.ref = ref
         self.base = base
         self.work = Path(tempfile.mkdtemp(prefix="jetmem-duet-"))
-        self.children: dict[int, ChildProcess] = {}
+        self.children: dict[int, Child] = {}
         self.seq = 0
         self.only_in_change: list[str] = []
         self.judged = 0
@@ -165,27 +168,29 @@ class AgainstParent:
         self.no_gpu: str | None = None
         self.worker_summaries: list[dict[str, Any]] = []  # on the xdist controller
 
-    def argv(self, side: int, files: Sequence[str]) -> list[str]:
-        root = self.base.root if side == BASE else Path(self.config.rootpath)
-        return session_argv(self.config, root, self.work / f"basetemp{side}", files, PARENT_ONLY)
-
     def start(self, items: Sequence[pytest.Item]) -> None:
+        from pytest_jetmem.measure.duet import BASE, CHANGE, make_channel
+
         channel = make_channel(self.work / "channel")
         files = sorted({item.nodeid.split("::", 1)[0] for item in items})
         for side in (CHANGE, BASE):
             root = self.base.root if side == BASE else Path(self.config.rootpath)
-            env = dict(os.environ)
-            env.update({SIDE_ENV: str(side), CHANNEL_ENV: str(channel)})
             paths = [str(root / "src"), str(root)] if (root / "src").is_dir() else [str(root)]
-            env["PYTHONPATH"] = os.pathsep.join([*paths, *filter(None, [os.environ.get("PYTHONPATH")])])
-            log = self.work / f"{SIDE_NAMES[side]}.log"
-            name = f"{SIDE_NAMES[side]} side"
-            self.children[side] = spawn_driven(name, self.argv(side, files), root, env, FDS_ENV, log)
+            env = child_env(
+                self.config,
+                **{SIDE_ENV: str(side), CHANNEL_ENV: str(channel)},
+                PYTHONPATH=os.pathsep.join([*paths, *filter(None, [os.environ.get("PYTHONPATH")])]),
+            )
+            argv = child_argv(self.config, root, self.work / f"basetemp{side}", files)
+            name = f"{_side_name(side)} side"
+            self.children[side] = Child.start(name, argv, cwd=root, env=env, workdir=self.work, stem=_side_name(side))
         for child in self.children.values():
             child.collected = set(child.answer().get("collected", []))
 
     def run(self, item: pytest.Function) -> tuple[dict[str, Any], dict[str, Any] | None]:
         """Run ``item`` on both sides at once (the base only where it has it); (change's, base's) results."""
+        from pytest_jetmem.measure.duet import BASE, CHANGE
+
         if not self.children:
             self.start(item.session.items)
         self.seq += 1
@@ -195,11 +200,20 @@ class AgainstParent:
         paired = item.nodeid in base.collected
         command = {"cmd": "run", "nodeid": item.nodeid, "seq": self.seq, "paired": paired}
         change.send(command)  # both sides run it at once: the change's answer is read last
-        base_result = base.ask(command) if paired else None
-        change_result = change.answer()
+        base_result = self.result(*base.run(command)) if paired else None
+        change_result = self.result(*change.collect())
         if not paired:
             self.only_in_change.append(item.nodeid)
         return change_result, base_result
+
+    def result(self, sent: list[dict[str, Any]], answer: dict[str, Any]) -> dict[str, Any]:
+        """What :func:`judge` reads of a side's answer: the test's outcome and message, its rows, the device."""
+        if answer.get("missing"):
+            return {"outcome": "missing", "message": "", "rows": []}
+        reports = [from_wire(self.config, data) for data in sent]
+        outcome, message = body_outcome(reports)
+        rows = next((getattr(r, REPORT_ATTRIBUTE, None) or [] for r in reports if r.when == "call"), [])
+        return {"outcome": outcome, "message": message, "rows": rows, "integrated": answer.get("integrated")}
 
     def summary(self) -> dict[str, Any]:
         """What the terminal summary says of this pair (JSON-able: it travels from an xdist worker)."""
@@ -216,14 +230,15 @@ class AgainstParent:
         return f"--jetmem-against={self.ref}: nothing compared with the base: the two sides take turns on a GPU"
 
     def only_in_base(self) -> list[str]:
+        from pytest_jetmem.measure.duet import BASE, CHANGE
+
         base = self.children.get(BASE)
         change = self.children.get(CHANGE)
         return sorted(base.collected - change.collected) if base and change else []
 
     def close(self) -> None:
         for child in self.children.values():
-            with contextlib.suppress(OSError, ValueError):
-                child.send({"cmd": "quit"})  # both at once: neither waits for the other's quit
+            child.quit()  # both at once: neither waits for the other's quit
         for child in self.children.values():
             child.close()
         shutil.rmtree(self.work, ignore_errors=True)
@@ -280,6 +295,9 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
 
 def judge(item: pytest.Function, parent: AgainstParent, change: dict[str, Any], base: dict[str, Any] | None) -> None:
     """The change's outcome is the test's; each measurement the two sides took in turns is compared."""
+    from pytest_jetmem.measure.compare import compare_paired
+    from pytest_jetmem.measure.record import Against, NotCompared, NotComparedWhy, RecordBuilder, RecordVerdict
+
     outcome, message = change.get("outcome"), str(change.get("message", ""))
     if outcome == "missing":
         pytest.fail(f"{item.nodeid}: the change's pytest has no such test", pytrace=False)
@@ -287,38 +305,60 @@ def judge(item: pytest.Function, parent: AgainstParent, change: dict[str, Any], 
         pytest.skip(message)
     gate = gate_session(item.config)
     spec = item_spec(item)
-    base_rows = {(r["mode"], r["key"]): r for r in (base or {}).get("rows", [])}
+    try:
+        change_records = _records(change)
+        base_records = {(r.mode, r.key): r for r in _records(base)}
+    except RecordError as exc:  # a base tree with another pytest-jetmem, say
+        pytest.fail(
+            f"{item.nodeid}: --jetmem-against={parent.ref}: a side's measurements cannot be read: {exc}", pytrace=False
+        )
     failures: list[str] = []
-    for row in change.get("rows", []):
-        row = {**row, "nodeid": item.nodeid, "against": parent.base.label}
-        other = base_rows.get((row["mode"], row["key"]))
+    for change_record in change_records:
+        record = RecordBuilder.judging(change_record, item.nodeid)
+        record.against = Against(parent.base.label)
+        other = base_records.get((record.identity.mode, record.identity.key))
+        rounds = record.statistics.run_rounds
         if base is None:
-            row["baseline"] = "only in the change: not compared"
+            record.baseline = NotCompared(NotComparedWhy.ONLY_IN_CHANGE, "only in the change: not compared")
         elif base.get("outcome") != "passed":
-            row["baseline"] = f"the base {base.get('outcome')}: not compared"
+            record.baseline = NotCompared(
+                NotComparedWhy.BASE_NOT_PASSED, f"the base {base.get('outcome')}: not compared"
+            )
         elif other is None:
-            row["baseline"] = "not measured in the base: not compared"
-        elif not row.get("run_rounds") or len(row["run_rounds"]) != len(other.get("run_rounds", [])):
-            row["baseline"] = "measured alone, not in turns: not compared"
+            record.baseline = NotCompared(NotComparedWhy.NOT_IN_BASE, "not measured in the base: not compared")
+        elif not rounds or len(rounds) != len(other.statistics.run_rounds):
+            record.baseline = NotCompared(NotComparedWhy.NOT_IN_TURNS, "measured alone, not in turns: not compared")
         else:
             parent.judged += 1
-            row["base_samples"] = other.get("samples")
-            cmp = compare_paired(other["run_rounds"], row["run_rounds"], gate.fail_pct if gate else 5.0)
-            cmp = at_other_clocks(cmp, clock_mhz(other.get("clocks")), clock_mhz(row.get("clocks")), then="the base")
-            cmp = over_pcie(cmp, row["mode"], change.get("integrated"))
-            if other.get("throttled") and not row.get("throttled"):
-                row["throttled"] = other["throttled"]  # either side throttled: the pair is not comparable
+            record.against = Against(parent.base.label, other.statistics.samples)
+            cmp = compare_paired(other.statistics.run_rounds, rounds, gate.fail_pct if gate else 5.0)
+            cmp = at_other_clocks(
+                cmp, clock_mhz(other.conditions.clocks), clock_mhz(record.conditions.clocks), then="the base"
+            )
+            cmp = over_pcie(cmp, record.identity.mode, change.get("integrated"))
+            if other.conditions.throttled and not record.conditions.throttled:
+                # either side throttled: the pair is not comparable
+                record.conditions = replace(record.conditions, throttled=other.conditions.throttled)
             judged = spec is not None and spec.baseline and outcome == "passed"
             if gate is not None:
-                failure = apply_comparison(item, gate, row, cmp, judged=judged)
+                failure = apply_comparison(item, gate, record, cmp, judged=judged)
                 if failure:
                     failures.append(failure)
-        row.setdefault("verdict", "reported" if spec is None else "ok")
-        publish_row(item, row)
+        publish_record(item, record.build(RecordVerdict.REPORTED if spec is None else RecordVerdict.OK))
     if outcome != "passed":
         pytest.fail(f"{item.nodeid} failed in the change:\n{message}", pytrace=False)
     if failures:
         pytest.fail("\n".join(failures), pytrace=False)
+
+
+def _records(result: Mapping[str, object] | None) -> list[MeasurementRecord]:
+    """The records in a side's answer (its rows, as JSON objects); none without an answer."""
+    from pytest_jetmem.measure.record import MeasurementRecord
+
+    rows = (result or {}).get("rows") or []
+    if not isinstance(rows, list):
+        raise RecordError(f"rows: expected a list of measurement records, got {rows!r}")
+    return [MeasurementRecord.from_json(data) for data in rows]
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
@@ -373,73 +413,33 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
 
 
 class AgainstChild:
-    """One side: runs the tests the parent names, its measure calls taking turns with the other side."""
+    """One side: a driven child (:class:`~pytest_jetmem.plugin.children.DrivenChild`) whose measure calls take turns
+    with the other side's, test by test."""
 
-    def __init__(self, config: pytest.Config, side: int, duet: Duet, channel: DrivenChannel) -> None:
+    def __init__(self, config: pytest.Config, side: int, duet: Duet, driven: DrivenChild) -> None:
         self.config = config
         self.side = side
         self.duet = duet
-        self.channel = channel
-        self.reports: list[pytest.TestReport] = []
         self.paired = True  # whether the other side runs the current test too
+        driven.before.append(self.begin)
+        driven.after.append(self.end)
 
     @classmethod
-    def from_environment(cls, config: pytest.Config, side: int) -> AgainstChild:
-        channel = DrivenChannel.from_environment(FDS_ENV)
-        duet = Duet(os.environ[CHANNEL_ENV], side)
-        for name in (SIDE_ENV, CHANNEL_ENV):  # a pytest the test starts in turn is no child
-            os.environ.pop(name, None)
-        return cls(config, side, duet, channel)
+    def from_environment(cls, config: pytest.Config, side: int, driven: DrivenChild) -> AgainstChild:
+        from pytest_jetmem.measure.duet import Duet
 
-    def result(self) -> dict[str, Any]:
-        outcome, message, rows = "passed", "", []
-        for report in self.reports:
-            if report.when == "call":
-                rows = list(getattr(report, "jetmem_rows", None) or [])
-            if report.failed and outcome != "failed":
-                outcome, message = "failed", report.longreprtext
-            elif report.skipped and outcome == "passed":
-                if hasattr(report, "wasxfail"):
-                    outcome, message = "failed", f"xfailed: {report.wasxfail}"
-                else:
-                    reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longreprtext
-                    outcome, message = "skipped", str(reason).removeprefix("Skipped: ")
+        duet = Duet(os.environ.pop(CHANNEL_ENV), side)  # a pytest the test starts in turn is no child
+        return cls(config, side, duet, driven)
+
+    def begin(self, item: pytest.Item, command: dict[str, Any]) -> None:
+        self.paired = bool(command.get("paired", True))
+        self.duet.begin_test(int(command["seq"]))
+
+    def end(self, item: pytest.Item, command: dict[str, Any]) -> dict[str, Any]:
+        if self.paired:
+            self.duet.end_test()
         info = device_session(self.config).probed_info
-        integrated = info.integrated if info is not None else None
-        return {"outcome": outcome, "message": message, "rows": rows, "integrated": integrated}
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_runtestloop(session: pytest.Session) -> bool | None:
-    child = session.config.stash.get(_CHILD, None)
-    if child is None:
-        return None
-    items = {item.nodeid: item for item in session.items}
-    child.channel.reply({"collected": list(items)})
-    for command in child.channel:
-        if command.get("cmd") != "run":
-            break
-        item = items.get(command["nodeid"])
-        if item is None:
-            child.channel.reply({"outcome": "missing"})
-            continue
-        child.paired = bool(command.get("paired", True))
-        child.duet.begin_test(int(command["seq"]))
-        child.reports = []
-        try:
-            item.config.hook.pytest_runtest_protocol(item=item, nextitem=None)
-        finally:
-            if child.paired:
-                child.duet.end_test()
-        child.channel.reply(child.result())
-    return True
-
-
-@pytest.hookimpl(trylast=True)
-def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    child = _current_child
-    if child is not None:
-        child.reports.append(report)
+        return {"integrated": info.integrated if info is not None else None}
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -450,6 +450,8 @@ def pytest_fixture_setup(
     child = request.config.stash.get(_CHILD, None)
     if child is None or fixturedef.argname != "jetmem" or not child.paired:
         return
+    from pytest_jetmem.handle import Jetmem
+
     with contextlib.suppress(BaseException):
         handle = outcome.get_result()
         if isinstance(handle, Jetmem):

@@ -1,8 +1,23 @@
-"""Child pytest sessions: the parent's options a child needs, its argv, and the pipes a parent drives it through.
+"""Child pytest sessions: one argv, one spawn, one command/answer channel, one driven loop, one way back.
 
 Three halves start children: ``memmode_concurrency`` (one test, judged by how the child ended),
 ``--jetmem-against`` (a base and a change session, run in turns) and the relay (the rest of a session's GPU
-tests after a sticky CUDA error). A driven child reads JSON commands, one a line, and answers on its own pipe.
+tests after a sticky CUDA error). All of them
+
+- get the parent's own command line (``config.invocation_params.args``, as pytest-xdist forwards it to its
+  workers) less what a child must not get: the parent-only settings of :mod:`~pytest_jetmem.plugin.options`
+  (saving, the parent's outputs, ``--jetmem-against``), pytest's outputs and paths, xdist's distribution, the
+  cache plugin's options, and the files and node ids (:func:`child_argv`); other plugins' options reach them;
+- are started as :class:`~pytest_jetmem.correctness.isolation.Spawned` (own process group, timeout, the whole
+  group killed at the end) by :meth:`Child.start`, and driven test by test through one channel and one loop
+  (:class:`Child` in the parent, :class:`DrivenChild` in the child): the parent writes JSON commands, one a
+  line, on one pipe (``{"cmd": "run", "nodeid": ...}``, ``{"cmd": "quit"}``) and reads the answers on another:
+  ``{"collected": [...]}`` first, then per test each report as it is made (``{"report": ...}``, so a child that
+  crashes has still said what it could) and ``{"done": nodeid, ...}``, and at the end ``{"errors": [...]}``;
+- never save a baseline nor write a report: their reports come back serialised by pytest's own
+  ``pytest_report_to_serializable`` (as pytest-xdist's do), carrying the measurement records (``jetmem_rows``)
+  and the baseline entries (``jetmem_entries``) that the parent adopts (:func:`adopt_entries`) and saves under
+  its own session id, which the child's entries are labelled with.
 """
 
 from __future__ import annotations
@@ -10,138 +25,254 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import subprocess
+import select
 import sys
+import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
 import pytest
 
+from pytest_jetmem.correctness.isolation import Spawned
+from pytest_jetmem.plugin import options
+from pytest_jetmem.plugin.sessions import device_session, gate_session
+
 __all__ = [
-    "ChildProcess",
-    "DrivenChannel",
+    "CHANNEL_ENV",
+    "PARENT_SESSION_ENV",
+    "Child",
+    "ChildEnded",
+    "DrivenChild",
+    "adopt_entries",
+    "body_outcome",
+    "child_args",
     "child_argv",
-    "forwarded_args",
-    "option_takes_value",
+    "child_env",
+    "configure_child",
+    "from_wire",
+    "phase_outcome",
     "run_in_children_only",
-    "session_argv",
-    "spawn_driven",
-    "strip_options",
-    "tail",
+    "to_wire",
 ]
 
-#: Short options whose value is forwarded to the child (``-p name`` or ``-pname``).
-_SHORT_WITH_VALUE = ("-p", "-o", "-W", "-c")
-#: Long options forwarded with their value, if they take one.
-_LONG = (
-    "--override-ini",
-    "--pythonwarnings",
-    "--config-file",
-    "--rootdir",
-    "--confcutdir",
-    "--import-mode",
-    "--noconftest",
-    "--strict-markers",
-    "--strict-config",
-    "--strict",
-    "--tb",
-)
-_LONG_PREFIX = "--jetmem-"
+#: Set in every child's environment: the parent's session id (the child's baseline entries are labelled with it).
+PARENT_SESSION_ENV = "PYTEST_JETMEM_PARENT_SESSION"
+#: Set in a driven child's environment: ``<command fd>,<answer fd>``.
+CHANNEL_ENV = "PYTEST_JETMEM_CHANNEL"
+#: The attribute of a child's call report that carries the baseline entries of its measurements.
+ENTRIES_ATTRIBUTE = "jetmem_entries"
+
+# -- the child's command line --------------------------------------------------------------------------------
+
+#: Options of pytest and its usual plugins that a child does not get from the parent's command line, with what
+#: each takes after it: 0 nothing, 1 a value, "?" a value unless the next argument is an option. The child gets
+#: its own rootdir, ini file and basetemp; the parent writes the outputs; the parent distributes.
+_PYTEST_PARENT_ONLY: dict[str, int | str] = {
+    "--rootdir": 1,
+    "-c": 1,
+    "--config-file": 1,
+    "--basetemp": 1,
+    "--junitxml": 1,
+    "--junit-xml": 1,
+    "--junitprefix": 1,
+    "--junit-prefix": 1,
+    "--report-log": 1,  # pytest-reportlog
+    "--html": 1,  # pytest-html
+    # a child captures what its tests print, so it comes back on their reports (its own output is a log file)
+    "-s": 0,
+    "--capture": 1,
+    # the cache plugin: a child runs with -p no:cacheprovider, where these are unknown options
+    "--lf": 0,
+    "--last-failed": 0,
+    "--ff": 0,
+    "--failed-first": 0,
+    "--nf": 0,
+    "--new-first": 0,
+    "--cache-clear": 0,
+    "--cache-show": "?",
+    "--lfnf": 1,
+    "--last-failed-no-failures": 1,
+    "--sw": 0,
+    "--stepwise": 0,
+    "--sw-skip": 0,
+    "--stepwise-skip": 0,
+    "--sw-reset": 0,
+    "--stepwise-reset": 0,
+}
+#: pytest-xdist's distribution (where it is loaded): a child never distributes (it gets ``-n 0``).
+_XDIST_PARENT_ONLY: dict[str, int | str] = {
+    "-n": 1,
+    "--numprocesses": 1,
+    "--maxprocesses": 1,
+    "--max-worker-restart": 1,
+    "--dist": 1,
+    "-d": 0,
+    "--tx": 1,
+    "--px": 1,
+    "--rsyncdir": 1,
+    "--rsyncignore": 1,
+    "-f": 0,
+    "--looponfail": 0,
+}
 
 
-def forwarded_args(args: Sequence[str], takes_value: Callable[[str], bool]) -> list[str]:
-    """The options of a pytest command line that the child needs too.
+def _parent_only(config: pytest.Config) -> dict[str, int | str]:
+    table: dict[str, int | str] = dict(_PYTEST_PARENT_ONLY)
+    if config.pluginmanager.hasplugin("xdist"):
+        table.update(_XDIST_PARENT_ONLY)
+    for s in options.parent_only():
+        if s.option:
+            table[s.flag] = 0 if s.takes == "flag" else "?" if s.takes == "optional" else 1
+    return table
 
-    Forwarded: plugins (``-p``), ini overrides (``-o``), warning filters (``-W``), configuration
-    (``-c``, ``--rootdir``, ``--confcutdir``, ``--import-mode``, ``--noconftest``, ``--strict*``), ``--tb``
-    and every ``--jetmem-*`` option. Not forwarded: paths, selection (``-k``, ``-m``), output, ``--basetemp``
-    (the child gets its own). ``takes_value(name)`` says whether a long option consumes the next argument.
+
+def child_args(config: pytest.Config) -> list[str]:
+    """The parent's command line (``config.invocation_params.args``) as its children get it.
+
+    Left out: the options of :func:`_parent_only` (``--opt value``, ``--opt=value``, ``-c value``, ``-cvalue``)
+    and the files and node ids (pytest's ``file_or_dir``; everything after ``--``). Everything else is kept,
+    other plugins' options included: nothing here needs to know which options take a value.
     """
+    table = _parent_only(config)
+    positional = [str(a) for a in (config.getoption("file_or_dir", None) or ())]
+    args = [str(a) for a in config.invocation_params.args]
     out: list[str] = []
     i = 0
-    args = list(args)
     while i < len(args):
         arg = args[i]
         i += 1
         if arg == "--":
-            break
-        short = next((s for s in _SHORT_WITH_VALUE if arg.startswith(s)), None)
-        if short is not None and not arg.startswith("--"):
-            if arg == short:
-                if i < len(args):
-                    out += [arg, args[i]]
-                    i += 1
-            else:
-                out.append(arg)
+            break  # what follows are files and node ids
+        if arg in positional:
+            positional.remove(arg)
             continue
-        if not arg.startswith("--"):
-            continue
-        name = arg.split("=", 1)[0]
-        if name not in _LONG and not name.startswith(_LONG_PREFIX):
-            if "=" not in arg and takes_value(name) and i < len(args):
-                i += 1  # skip the value of an option we do not forward
-            continue
-        out.append(arg)
-        if "=" not in arg and takes_value(name) and i < len(args):
-            out.append(args[i])
-            i += 1
-    return out
-
-
-def strip_options(args: Sequence[str], names: Sequence[str], takes_value: Callable[[str], bool]) -> list[str]:
-    """``args`` without the options ``names`` (``--opt value``, ``--opt=value``, ``-c value``, ``-cvalue``)."""
-    out: list[str] = []
-    i = 0
-    args = list(args)
-    while i < len(args):
-        arg = args[i]
-        i += 1
-        name = arg.split("=", 1)[0] if arg.startswith("--") else arg[:2]
-        if name not in names:
+        if arg.startswith("--"):
+            name, glued = arg.split("=", 1)[0], "=" in arg
+        elif arg.startswith("-") and len(arg) > 1:
+            name, glued = arg[:2], len(arg) > 2
+        else:
             out.append(arg)
             continue
-        glued = "=" in arg if arg.startswith("--") else len(arg) > 2
-        if not glued and (takes_value(name) or not arg.startswith("--")) and i < len(args):
-            i += 1  # its value
+        takes = table.get(name)
+        if takes is None:
+            out.append(arg)
+        elif not glued and i < len(args) and (takes == 1 or (takes == "?" and not args[i].startswith("-"))):
+            i += 1  # its value goes with it
     return out
 
 
-def _argparser(config: pytest.Config) -> Any:
-    parser = getattr(config, "_parser", None)
-    optparser = getattr(parser, "optparser", None)
-    if optparser is None and parser is not None and hasattr(parser, "_getparser"):
-        with contextlib.suppress(Exception):
-            optparser = parser._getparser()
-    return optparser
+def _target(root: Path, target: str) -> str | None:
+    """``target`` (a file or node id relative to ``root``) made absolute; None where ``root`` has no such file."""
+    path, sep, rest = target.partition("::")
+    if not (root / path).exists():
+        return None
+    return os.path.normpath(root / path) + sep + rest
 
 
-def option_takes_value(config: pytest.Config) -> Callable[[str], bool]:
-    """``takes_value(name)`` from pytest's own argument parser (unknown options: assume they do not)."""
-    optparser = _argparser(config)
-    actions = getattr(optparser, "_option_string_actions", {}) or {}
+def child_argv(config: pytest.Config, root: Path, basetemp: Path, targets: Sequence[str]) -> list[str]:
+    """``python -m pytest`` over ``targets`` (files or node ids relative to ``root``) in the tree ``root``.
 
-    def takes_value(name: str) -> bool:
-        action = actions.get(name)
-        return action is not None and action.nargs != 0
-
-    return takes_value
-
-
-def child_argv(config: pytest.Config, nodeid: str, basetemp: str) -> list[str]:
-    """``python -m pytest <the item> -p no:cacheprovider -q`` plus the options the child needs."""
-    rootdir = str(config.rootpath)
-    path, sep, rest = nodeid.partition("::")
-    target = os.path.normpath(os.path.join(rootdir, path)) + sep + rest
-    forwarded = forwarded_args(config.invocation_params.args, option_takes_value(config))
-    argv = [sys.executable, "-m", "pytest", target, "-p", "no:cacheprovider", "-q", f"--rootdir={rootdir}"]
-    if config.inipath is not None and not any(a.startswith(("-c", "--config-file")) for a in forwarded):
-        argv += ["-c", str(config.inipath)]
-    argv += [f"--basetemp={basetemp}", *forwarded]
+    ``root`` is the parent's rootdir or a copy of it (the base of ``--jetmem-against``): the ini file is the
+    parent's, at the same place in ``root`` (none where that tree has none there), and targets missing from
+    ``root`` are left out. The parent's command line comes with it (:func:`child_args`); the ini keys of the
+    parent-only settings are cleared (``-o jetmem_report=``): a child's rows travel to its parent, which writes
+    the report. The cache plugin is off (the parent's cache is the parent's); xdist gets ``-n 0``.
+    """
+    argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", f"--rootdir={root}"]
+    if config.inipath is not None:
+        ini: Path | None = Path(config.inipath)
+        if root != Path(config.rootpath):
+            try:
+                ini = root / Path(config.inipath).relative_to(config.rootpath)
+            except ValueError:
+                ini = None
+        if ini is not None and ini.is_file():
+            argv += ["-c", str(ini)]
+    argv += [f"--basetemp={basetemp}", *child_args(config)]
+    for s in options.parent_only():
+        if s.ini_help is not None:
+            argv += ["-o", f"{s.dest}="]
     if config.pluginmanager.hasplugin("xdist"):
-        argv += ["-n", "0"]  # never distribute the one test (an addopts "-n auto" would)
-    return argv
+        argv += ["-n", "0"]  # the parent distributes; a child never does (an addopts "-n auto" would)
+    return [*argv, *filter(None, (_target(root, t) for t in targets))]
+
+
+def child_env(config: pytest.Config, **extra: str) -> dict[str, str]:
+    """A child's environment: this one, the parent's session id (:data:`PARENT_SESSION_ENV`) and ``extra``."""
+    gate = gate_session(config)
+    env = {**os.environ, PARENT_SESSION_ENV: gate.session_id if gate is not None else "", **extra}
+    return env
+
+
+# -- reports: one serialiser, one reading of how a test went ---------------------------------------------------
+
+
+def to_wire(config: pytest.Config, report: pytest.TestReport) -> dict[str, Any]:
+    """``report`` as JSON, by pytest's own serialiser (its extra attributes, such as the records, come along)."""
+    return dict(config.hook.pytest_report_to_serializable(config=config, report=report))
+
+
+def from_wire(config: pytest.Config, data: dict[str, Any]) -> pytest.TestReport:
+    """The inverse of :func:`to_wire` (JSON made the tuples lists: they are tuples again)."""
+    report: pytest.TestReport = config.hook.pytest_report_from_serializable(config=config, data=data)
+    report.user_properties = [(str(name), value) for name, value in report.user_properties]
+    if isinstance(report.longrepr, list):  # a skip's (path, line, reason)
+        path, line, reason = report.longrepr
+        report.longrepr = (str(path), int(line), str(reason))
+    return report
+
+
+def phase_outcome(report: pytest.TestReport) -> tuple[str, str]:
+    """How the body went in one phase: ("passed" | "failed" | "skipped", message).
+
+    xfail is left to the parent's own markers, which judge the same test: an xfailed body failed, a strict
+    XPASS passed.
+    """
+    text = report.longreprtext
+    if report.passed:
+        return "passed", ""
+    if report.skipped:
+        if hasattr(report, "wasxfail"):  # xfailed: the body failed
+            return "failed", f"the test failed (xfail: {report.wasxfail})"
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else text
+        return "skipped", str(reason).removeprefix("Skipped: ")
+    if report.when == "call" and text.startswith("[XPASS(strict)]"):
+        return "passed", ""  # strict xpass: the body passed
+    return "failed", text
+
+
+def body_outcome(reports: Sequence[pytest.TestReport]) -> tuple[str, str]:
+    """How the test went over its phases: setup's where it did not pass, else the call's, else a failed teardown."""
+    outcome, message = "passed", ""
+    for report in reports:
+        phase, text = phase_outcome(report)
+        if report.when == "setup" and phase != "passed":
+            return phase, text
+        if report.when == "call":
+            outcome, message = phase, text
+        elif report.when == "teardown" and phase == "failed" and outcome != "failed":
+            outcome, message = "failed", f"teardown failed: {text}"
+    return outcome, message
+
+
+def adopt_entries(config: pytest.Config, report: pytest.TestReport, nodeid: str | None = None) -> None:
+    """A child's baseline entries (on its call report) into this session's, to be saved here.
+
+    ``nodeid``: the test's id in this session, where the child's may differ.
+    """
+    gate = gate_session(config)
+    data = getattr(report, ENTRIES_ATTRIBUTE, None)
+    if gate is None or not data:
+        return
+    from pytest_jetmem.measure.baseline import Entry, entry_key
+
+    for raw in data:
+        entry = Entry.from_dict({**raw, "nodeid": nodeid or raw["nodeid"]})
+        gate.entries[entry_key(entry.nodeid, entry.mode, entry.scope)] = entry
+
+
+# -- the parent's end -------------------------------------------------------------------------------------------
 
 
 def _no_fixture_setup() -> None:
@@ -154,136 +285,280 @@ def run_in_children_only(item: pytest.Item) -> None:
         item.setup = _no_fixture_setup  # type: ignore[method-assign]
 
 
-@dataclass
-class ChildProcess:
-    """A driven child pytest session: its process, command pipe, answer pipe and log (stdout and stderr)."""
+class ChildEnded(RuntimeError):
+    """A child ended, or sent nothing in time, before it answered; :attr:`reports`: those it sent of the test."""
 
-    name: str
-    process: subprocess.Popen[bytes]
-    commands: IO[str]
-    results: IO[str]
-    log: Path
-    collected: set[str] = field(default_factory=set)
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.reports: list[dict[str, Any]] = []
+
+
+class Child:
+    """A child pytest session (:class:`Spawned`: own process group) and its command and answer pipes.
+
+    A wait for an answer may have a timeout (at which the child's process group is killed); :meth:`close` asks it
+    to quit, waits, and kills its whole process group if it does not end in time.
+    """
+
+    def __init__(self, name: str, spawned: Spawned, commands: IO[str], answers: IO[str]) -> None:
+        self.name = name
+        self.spawned = spawned
+        self.commands = commands
+        self.answers = answers
+        self.collected: set[str] = set()
+        self._buffer = ""
+        self.returncode: int | None = None
+
+    @classmethod
+    def start(
+        cls,
+        name: str,
+        argv: Sequence[str],
+        *,
+        cwd: Path,
+        env: dict[str, str],
+        workdir: Path,
+        stem: str | None = None,
+    ) -> Child:
+        """Start ``argv`` with the two pipes of a driven child, its stdout and stderr in ``workdir`` (``<stem>.out``,
+        ``<stem>.err``; the stem defaults to ``name``)."""
+        stem = str(workdir / (stem or name.replace(" ", "-")))
+        cmd_r, cmd_w = os.pipe()
+        res_r, res_w = os.pipe()
+        env = {**env, CHANNEL_ENV: f"{cmd_r},{res_w}"}
+        try:
+            spawned = Spawned(argv, f"{stem}.out", f"{stem}.err", env=env, cwd=cwd, pass_fds=(cmd_r, res_w))
+        except BaseException:
+            for fd in (cmd_w, res_r):
+                os.close(fd)
+            raise
+        finally:
+            os.close(cmd_r)
+            os.close(res_w)
+        child = cls(name, spawned, os.fdopen(cmd_w, "w"), os.fdopen(res_r))
+        return child
+
+    @property
+    def log(self) -> str:
+        """Where its output is (for messages)."""
+        return f"{self.spawned.out_path}, {self.spawned.err_path}"
+
+    def output(self, limit: int = 4000) -> str:
+        """The end of its stdout and stderr."""
+        parts = [(n, t(limit).strip()) for n, t in (("stdout", self.spawned.stdout), ("stderr", self.spawned.stderr))]
+        return "\n".join(f"--- {n} ---\n{t}" for n, t in parts if t) or "(no output)"
 
     def send(self, command: dict[str, Any]) -> None:
         self.commands.write(json.dumps(command) + "\n")
         self.commands.flush()
 
-    def ask(self, command: dict[str, Any]) -> dict[str, Any]:
+    def ask(self, command: dict[str, Any], timeout_s: float | None = None) -> dict[str, Any]:
         self.send(command)
-        return self.answer()
+        return self.answer(timeout_s)
 
-    def answer(self) -> dict[str, Any]:
-        """The child's next answer; RuntimeError with the end of its output where it ended instead."""
-        line = self.results.readline()
-        if not line:
-            code = self.process.wait(timeout=60)
-            raise RuntimeError(f"the {self.name}'s pytest ended (exit status {code}); its output:\n" + tail(self.log))
+    def _readline(self, timeout_s: float | None) -> str | None:
+        """The next line of the answer pipe; "" at its end; None when ``timeout_s`` passed first."""
+        fd = self.answers.fileno()
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while "\n" not in self._buffer:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                return None
+            # a short wait at a time: a child that died while a process it started holds the pipe gives no EOF
+            ready, _, _ = select.select([fd], [], [], 0.2 if left is None else min(left, 0.2))
+            ended = not ready and self.spawned.exited(0)
+            if ended:
+                ready, _, _ = select.select([fd], [], [], 0)  # what it wrote before it ended
+            if not ready and not ended:
+                continue
+            chunk = os.read(fd, 65536) if ready else b""
+            if not chunk:
+                line, self._buffer = self._buffer, ""
+                return line
+            self._buffer += chunk.decode("utf-8", errors="replace")
+        line, _, self._buffer = self._buffer.partition("\n")
+        return line + "\n"
+
+    def answer(self, timeout_s: float | None = None) -> dict[str, Any]:
+        """The child's next answer; :class:`ChildEnded` with the end of its output where it ended instead, or sent
+        nothing for ``timeout_s`` (then its process group is killed)."""
+        line = self._readline(timeout_s)
+        if line is None:
+            self.end(0)
+            raise ChildEnded(f"the {self.name} sent nothing for {timeout_s:g} s; its output:\n" + self.output())
+        if not line.strip():
+            code = self.end(60)
+            raise ChildEnded(f"the {self.name}'s pytest ended (exit status {code}); its output:\n" + self.output())
         return dict(json.loads(line))
 
-    def close(self, timeout: float = 60) -> dict[str, Any] | None:
-        """Ask the child to quit; its last answer (None where it sent none), once it has ended."""
-        last: dict[str, Any] | None = None
+    def run(
+        self, command: dict[str, Any], timeout_s: float | None = None
+    ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        """Send a ``run`` command and :meth:`collect` its answer."""
+        self.send(command)
+        return self.collect(timeout_s)
+
+    def collect(self, timeout_s: float | None = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        """The answer to a ``run`` command: the test's reports as the child sent them (serialised), and its last
+        message (``{"done": nodeid, ...}``). :class:`ChildEnded`, holding the reports sent so far, where it ended
+        or ``timeout_s`` (for the whole answer) passed first."""
+        reports: list[dict[str, Any]] = []
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while True:
+            try:
+                message = self.answer(None if deadline is None else max(deadline - time.monotonic(), 0))
+            except ChildEnded as exc:
+                exc.reports = reports
+                raise
+            if "report" not in message:
+                return reports, message
+            reports.append(message["report"])
+
+    def end(self, timeout_s: float | None, grace_s: float = 5.0) -> int:
+        """Wait up to ``timeout_s`` for it to exit, else kill its process group; its exit status."""
+        if self.returncode is None:
+            self.returncode = self.spawned.end(timeout_s, grace_s)
+        return self.returncode
+
+    def quit(self) -> None:
+        """Ask it to quit (it ends its session) without waiting; closing the command pipe says so too."""
         with contextlib.suppress(OSError, ValueError):
             self.send({"cmd": "quit"})
+        with contextlib.suppress(OSError):
+            self.commands.close()
+
+    def close(self, timeout_s: float = 60) -> dict[str, Any] | None:
+        """Ask it to quit; its last answer (None where it sent none), once it has ended or was killed."""
+        self.quit()
+        last: dict[str, Any] | None = None
+        deadline = time.monotonic() + timeout_s
         with contextlib.suppress(OSError, ValueError):
-            for line in self.results:
+            while not self.answers.closed:
+                line = self._readline(max(deadline - time.monotonic(), 0))
+                if not line or not line.strip():
+                    break
                 last = dict(json.loads(line))
-        try:
-            self.process.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-        for pipe in (self.commands, self.results):
-            with contextlib.suppress(OSError):
-                pipe.close()
+        self.end(max(deadline - time.monotonic(), 0))
+        with contextlib.suppress(OSError):
+            self.answers.close()
         return last
 
 
-def tail(path: Path, limit: int = 4000) -> str:
-    """The last ``limit`` characters of a child's log."""
-    try:
-        return path.read_text(errors="replace")[-limit:]
-    except OSError:
-        return "(no output)"
+# -- the child's end --------------------------------------------------------------------------------------------
 
 
-def spawn_driven(
-    name: str, argv: Sequence[str], cwd: Path, env: dict[str, str], fds_env: str, log: Path
-) -> ChildProcess:
-    """Start ``argv`` with a command pipe and an answer pipe, their descriptors in ``env[fds_env]``."""
-    cmd_r, cmd_w = os.pipe()
-    res_r, res_w = os.pipe()
-    env = {**env, fds_env: f"{cmd_r},{res_w}"}
-    try:
-        with open(log, "wb") as out:
-            process = subprocess.Popen(
-                list(argv),
-                cwd=cwd,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                pass_fds=(cmd_r, res_w),
-            )
-    except BaseException:
-        for fd in (cmd_w, res_r):
-            os.close(fd)
-        raise
-    finally:
-        os.close(cmd_r)
-        os.close(res_w)
-    return ChildProcess(name, process, os.fdopen(cmd_w, "w"), os.fdopen(res_r), log)
-
-
-@dataclass
-class DrivenChannel:
+class Channel:
     """A driven child's end of the pipes: the parent's commands in, its answers out (JSON, one a line)."""
 
-    commands: IO[str]
-    results: IO[str]
-
-    @classmethod
-    def from_environment(cls, fds_env: str) -> DrivenChannel:
-        """The pipes named by ``env[fds_env]``, which is then removed (a pytest a test starts is no child)."""
-        cmd_fd, res_fd = (int(x) for x in os.environ.pop(fds_env).split(","))
-        return cls(os.fdopen(cmd_fd), os.fdopen(res_fd, "w"))
+    def __init__(self, commands: IO[str], answers: IO[str]) -> None:
+        self.commands = commands
+        self.answers = answers
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
-        """The parent's commands, until it closes its end."""
+        """The parent's commands, until it closes its end or says quit."""
         for line in self.commands:
-            yield dict(json.loads(line))
+            command = dict(json.loads(line))
+            if command.get("cmd") == "quit":
+                return
+            yield command
 
     def reply(self, message: dict[str, Any]) -> None:
-        self.results.write(json.dumps(message) + "\n")
-        self.results.flush()
+        self.answers.write(json.dumps(message) + "\n")
+        self.answers.flush()
 
 
-def session_argv(
-    config: pytest.Config, root: Path, basetemp: Path, files: Sequence[str], parent_only: Sequence[str]
-) -> list[str]:
-    """``python -m pytest`` over ``files`` (relative to ``root``) in the tree ``root``, for a driven child.
+#: Called before a driven child runs a test: (item, the parent's command).
+Before = Callable[[pytest.Item, dict[str, Any]], None]
+#: Called after: (item, the parent's command) -> what to add to the answer.
+After = Callable[[pytest.Item, dict[str, Any]], dict[str, Any]]
 
-    ``root`` is the parent's rootdir or a copy of it (the base of ``--jetmem-against``): the ini file is the
-    parent's, at the same place in ``root`` (none where that tree has none there). The parent's options are
-    forwarded (:func:`forwarded_args`) except ``parent_only``; files missing from ``root`` are left out. The
-    ini key ``jetmem_report`` is cleared: a driven child's rows travel to its parent, which writes the report.
+
+class DrivenChild:
+    """A child's side, the one driven loop: runs the tests the parent names, one a command, answering with their
+    reports; puts the baseline entries of its measurements (labelled with the parent's session) on its call reports.
+
+    Registered by :func:`configure_child`; nothing it measures is saved here (the parent-only options are off).
+    The halves that drive children add what is theirs with :attr:`before` and :attr:`after` (``--jetmem-against``:
+    the turns of the two sides).
     """
-    takes_value = option_takes_value(config)
-    stripped = strip_options(
-        config.invocation_params.args, (*parent_only, "--rootdir", "-c", "--config-file"), takes_value
-    )
-    argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", f"--rootdir={root}"]
-    if config.inipath is not None:
-        ini: Path | None = Path(config.inipath)
-        if root != Path(config.rootpath):
+
+    def __init__(self, config: pytest.Config, channel: Channel) -> None:
+        self.config = config
+        self.channel = channel
+        self.running = False  # whether a test the parent asked for runs
+        self.before: list[Before] = []
+        self.after: list[After] = []
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtestloop(self, session: pytest.Session) -> bool:
+        config = self.config
+        items = {item.nodeid: item for item in session.items}
+        self.channel.reply({"collected": list(items)})
+        for command in self.channel:
+            nodeid = str(command.get("nodeid", ""))
+            item = items.get(nodeid)
+            if item is None and len(items) == 1:
+                item = next(iter(items.values()))  # the one test asked for, its id computed from another rootdir
+            if command.get("cmd") != "run" or item is None:
+                self.channel.reply({"done": nodeid, "missing": True})
+                continue
+            for before in self.before:
+                before(item, command)
+            answer: dict[str, Any] = {"done": nodeid}
+            self.running = True
             try:
-                ini = root / Path(config.inipath).relative_to(config.rootpath)
-            except ValueError:
-                ini = None
-        if ini is not None and ini.is_file():
-            argv += ["-c", str(ini)]
-    argv += [f"--basetemp={basetemp}", *forwarded_args(stripped, takes_value), "-o", "jetmem_report="]
-    if config.pluginmanager.hasplugin("xdist"):
-        argv += ["-n", "0"]  # the parent distributes; a child never does (an addopts "-n auto" would)
-    return [*argv, *(str(root / f) for f in files if (root / f).exists())]
+                config.hook.pytest_runtest_protocol(item=item, nextitem=items.get(command.get("next") or ""))
+            finally:
+                self.running = False
+                for after in self.after:
+                    answer.update(after(item, command))
+            answer["broken"] = device_session(config).broken
+            self.channel.reply(answer)
+        return True
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[Any]:
+        report = yield
+        gate = gate_session(self.config)
+        if call.when == "call" and gate is not None:
+            entries = [e.to_dict() for e in gate.entries.values() if e.nodeid == item.nodeid]
+            if entries:
+                setattr(report, ENTRIES_ATTRIBUTE, entries)
+        return report
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        """Each report goes to the parent at once: one the child sent before it crashed still tells it something."""
+        if self.running:
+            self.channel.reply({"report": to_wire(self.config, report)})
+
+    @pytest.hookimpl(trylast=True)  # after the runtime half's: its errors are final
+    def pytest_sessionfinish(self) -> None:
+        gate = gate_session(self.config)
+        with contextlib.suppress(OSError, ValueError):
+            self.channel.reply({"errors": list(gate.errors) if gate is not None else []})
+            self.channel.answers.close()
+
+
+_SIDE = pytest.StashKey[DrivenChild]()
+
+
+def configure_child(config: pytest.Config) -> DrivenChild | None:
+    """In a child (its parent set :data:`CHANNEL_ENV`): take the parent's session id, turn the parent-only options
+    off (given in ``addopts`` too) and register the child's side; else None.
+
+    Called first thing in the ``pytest_configure`` of every half that starts children (the relay's runs before
+    the runtime half reads its options); the first call does it, later ones return the same side. The variables
+    are removed: a pytest a test starts in turn is no child.
+    """
+    side = config.stash.get(_SIDE, None)
+    if side is not None or CHANNEL_ENV not in os.environ:
+        return side
+    device_session(config).parent_session = os.environ.pop(PARENT_SESSION_ENV, None) or None
+    device_session(config).relay_allowed = False  # the parent replaces a child that breaks, or judges how it ended
+    options.reset_parent_only(config)
+    cmd_fd, res_fd = (int(x) for x in os.environ.pop(CHANNEL_ENV).split(","))
+    side = DrivenChild(config, Channel(os.fdopen(cmd_fd), os.fdopen(res_fd, "w")))
+    config.stash[_SIDE] = side
+    config.pluginmanager.register(side, "jetmem-child")
+    return side

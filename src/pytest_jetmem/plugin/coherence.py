@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import pytest
 
-from pytest_jetmem.correctness import coherence
-from pytest_jetmem.cuda.workspace import Workspace
 from pytest_jetmem.plugin import markers
+
+if TYPE_CHECKING:  # imported where used: a run without the marker loads neither the CUDA layer nor numpy
+    from pytest_jetmem.cuda.workspace import Workspace
 
 MARKER = markers.COHERENCE
 MAX_ROUNDS = 1000
@@ -108,6 +110,8 @@ def pytest_runtest_call(item: pytest.Item) -> None:
 
 def run_checks(jm: Workspace, opts: CoherenceOptions) -> tuple[list[str], list[str]]:
     """Check every live buffer of ``jm`` (or those ``opts.labels`` names): (problems, report lines)."""
+    from pytest_jetmem.correctness import coherence
+
     broken = jm.session.device.broken
     if broken:
         return [], [f"skipped: {broken}"]

@@ -1,9 +1,9 @@
 """pytest glue for concurrent managed access: ``@pytest.mark.memmode_concurrency`` and ``--jetmem-tegra-strict``.
 
 ``@pytest.mark.memmode_concurrency(expect="ok" | "fault" | "auto", timeout=seconds)`` runs the test in a fresh
-interpreter (``python -m pytest <nodeid>``, started with fork+exec by
-:func:`pytest_jetmem.correctness.isolation.run_child`, so no CUDA state of this process is ever used in the child)
-and judges how the child ended:
+interpreter (``python -m pytest <nodeid>``, a driven child of :mod:`pytest_jetmem.plugin.children`, started with
+fork+exec in its own process group by :class:`pytest_jetmem.correctness.isolation.Spawned`, so no CUDA state of this
+process is ever used in the child) and judges how the child ended:
 
 - ``expect="ok"`` (the default): the code must survive on this device;
 - ``expect="fault"``: it must be killed by SIGSEGV, the documented fault (Jetson's answer to a CPU touch of
@@ -12,9 +12,11 @@ and judges how the child ended:
   regression test for the platform itself); under ``--jetmem-tegra-strict`` the device counts as 0.
 
 In this process (the *parent*) the item's fixtures are not set up and its body does not run: the parent needs
-no GPU. The child runs the test normally; this plugin writes its result file there
-(:func:`pytest_jetmem.correctness.isolation.write_child_result`) and a small side file with the device's
-``CONCURRENT_MANAGED_ACCESS`` and any Tegra-strict violation. A fault nobody expected fails the item with
+no GPU. The child runs the test normally and sends its reports back as it makes them (serialised by pytest, as
+every child's are), with the CUDA error that caused a failure, any Tegra-strict violation and the device's
+``CONCURRENT_MANAGED_ACCESS`` on them; how it *ended* wins over what it sent
+(:func:`pytest_jetmem.correctness.isolation.classify`). What it measured is reported and saved here, like any
+other test's (a child saves nothing). A fault nobody expected fails the item with
 :func:`pytest_jetmem.correctness.isolation.explain`'s explanation; the session goes on.
 
 ``--jetmem-tegra-strict`` (ini ``jetmem_tegra_strict``) turns :mod:`pytest_jetmem.correctness.strict` on for every
@@ -25,38 +27,51 @@ child such an error counts as the (emulated) fault.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Generator, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from pytest_jetmem.atomic import write_atomic
-from pytest_jetmem.correctness import strict
 from pytest_jetmem.correctness.concurrency import (
     DEFAULT_TIMEOUT_S,
     ConcurrencySpec,
     judge,
     parse_marker,
 )
-from pytest_jetmem.correctness.isolation import CHILD_RESULT_ENV, run_child, write_child_result
-from pytest_jetmem.cuda.workspace import Workspace
+from pytest_jetmem.correctness.isolation import child_result
 from pytest_jetmem.errors import CudaError, TegraStrictError
-from pytest_jetmem.plugin import markers, options
-from pytest_jetmem.plugin.children import child_argv, run_in_children_only
-from pytest_jetmem.plugin.options import option_group
+from pytest_jetmem.plugin import children, markers, options
+from pytest_jetmem.plugin.children import (
+    Child,
+    ChildEnded,
+    DrivenChild,
+    adopt_entries,
+    body_outcome,
+    child_argv,
+    child_env,
+    from_wire,
+    phase_outcome,
+    run_in_children_only,
+)
+from pytest_jetmem.plugin.judging import publish_record, report_records
 from pytest_jetmem.plugin.sessions import device_session
 
 MARKER = markers.CONCURRENCY
 
-#: The parent tells the child which item is the one to report on ...
+#: Set by the parent in the child's environment: the node id of the test it runs (the child is a driven child).
 NODEID_ENV = "PYTEST_JETMEM_CONCURRENCY_NODEID"
-#: ... and where to write what it learned about the device and Tegra-strict violations.
-INFO_ENV = "PYTEST_JETMEM_CONCURRENCY_INFO"
+#: What the child adds to its reports of that test (they travel back serialised, these attributes with them): the
+#: CUDA error that caused a failure, a Tegra-strict violation, and (on the setup report) the device's
+#: CONCURRENT_MANAGED_ACCESS.
+CUDA_ERROR = "jetmem_cuda_error"
+STRICT_VIOLATION = "jetmem_strict_violation"
+CMA = "jetmem_concurrent_managed_access"
 
 _STATE = pytest.StashKey["ConcurrencySession"]()
 
@@ -71,44 +86,16 @@ def item_spec(item: pytest.Item) -> ConcurrencySpec | None:
 
 
 @dataclass
-class ChildContext:
-    """In a child: where to report, and on which item."""
-
-    result_path: str
-    info_path: str | None
-    nodeid: str | None
-    target: pytest.Item | None = None
-    written: str | None = None  # the outcome written so far
-    info: dict[str, Any] = field(default_factory=dict)
-
-    def write_info(self, **values: Any) -> None:
-        self.info.update(values)
-        if self.info_path:
-            write_atomic(self.info_path, json.dumps(self.info))
-
-    def write(self, outcome: str, message: str, cuda_error: str | None) -> None:
-        write_child_result(self.result_path, outcome, message, cuda_error)
-        self.written = outcome
-
-
-@dataclass
 class ConcurrencySession:
     tegra_strict: bool
-    child: ChildContext | None = None
+    #: in a child: the node id of the test to report on, and that item once collected
+    nodeid: str | None = None
+    target: pytest.Item | None = None
 
 
 def concurrency_session(config: pytest.Config) -> ConcurrencySession:
-    """This half's session: Tegra-strict on or off, and in a child, where to report."""
+    """This half's session: Tegra-strict on or off, and in a child, which test it runs for its parent."""
     return config.stash[_STATE]
-
-
-def _read_json(path: str) -> dict[str, Any]:
-    try:
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -116,38 +103,22 @@ def _read_json(path: str) -> dict[str, Any]:
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    group = option_group(parser)
-    group.addoption(
-        "--jetmem-tegra-strict",
-        dest="jetmem_tegra_strict",
-        action="store_true",
-        default=None,
-        help="enforce Jetson's managed-memory rule on any device: host access to managed memory while "
-        "jetmem work may be in flight raises TegraStrictError",
-    )
-    parser.addini(
-        "jetmem_tegra_strict",
-        "enforce Jetson's managed-memory rule on any device (like --jetmem-tegra-strict)",
-        type="bool",
-        default=False,
-    )
+    options.add(parser, "tegra_strict")
 
 
+@pytest.hookimpl(tryfirst=True)  # a child takes its parent's session id before the runtime half reads its options
 def pytest_configure(config: pytest.Config) -> None:
+    child = children.configure_child(config)
     config.addinivalue_line(
         "markers",
         f"{MARKER}(expect='ok', timeout={DEFAULT_TIMEOUT_S:g}): run the test in a fresh child process and judge "
         "how it ended: expect='ok' it must survive, 'fault' it must die of SIGSEGV, 'auto' it must "
         "fault exactly where CONCURRENT_MANAGED_ACCESS is 0",
     )
-    tegra_strict = options.get_bool(config, "tegra_strict")
-    state = ConcurrencySession(tegra_strict)
-    result_path = os.environ.pop(CHILD_RESULT_ENV, None)
-    if result_path:
-        # Popped so that a pytest this child starts in turn is not mistaken for a child.
-        state.child = ChildContext(result_path, os.environ.pop(INFO_ENV, None), os.environ.pop(NODEID_ENV, None))
-        state.child.write_info(tegra_strict=tegra_strict, concurrent_managed_access=None)
-    config.stash[_STATE] = state
+    nodeid = os.environ.pop(NODEID_ENV, None)  # popped: a pytest this child starts in turn is no child
+    config.stash[_STATE] = ConcurrencySession(
+        options.get_bool(config, "tegra_strict"), nodeid if isinstance(child, DrivenChild) else None
+    )
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
@@ -163,11 +134,10 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 @pytest.hookimpl(trylast=True)  # after deselection (--jetmem-modes, -k): the items that will run
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     state = concurrency_session(config)
-    if state.child is not None:
-        ctx = state.child
-        ctx.target = next((i for i in items if i.nodeid == ctx.nodeid), None)
-        if ctx.target is None and len(items) == 1:
-            ctx.target = items[0]  # the same test, under a nodeid computed from another rootdir
+    if state.nodeid is not None:
+        state.target = next((i for i in items if i.nodeid == state.nodeid), None)
+        if state.target is None and len(items) == 1:
+            state.target = items[0]  # the same test, under a nodeid computed from another rootdir
         return
     for item in items:
         if item.get_closest_marker(MARKER) is not None:
@@ -177,7 +147,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.hookimpl(tryfirst=True)
 def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
     state = concurrency_session(pyfuncitem.config)
-    if state.child is not None or options.get_str(pyfuncitem.config, "against") is not None:
+    if state.nodeid is not None or options.get_str(pyfuncitem.config, "against") is not None:
         return None  # a child reports; under --jetmem-against the test runs in the two sides' sessions
     spec = item_spec(pyfuncitem)
     if spec is None:
@@ -194,27 +164,32 @@ def _known_cma(config: pytest.Config) -> int | None:
 
 
 def _run_in_child(item: pytest.Function, spec: ConcurrencySpec, state: ConcurrencySession) -> None:
-    workdir = tempfile.mkdtemp(prefix="jetmem-concurrency-")
+    config = item.config
+    workdir = Path(tempfile.mkdtemp(prefix="jetmem-concurrency-"))
     try:
-        info_path = os.path.join(workdir, "info.json")
-        argv = child_argv(item.config, item.nodeid, os.path.join(workdir, "basetemp"))
-        env = dict(os.environ)
-        env[NODEID_ENV] = item.nodeid
-        env[INFO_ENV] = info_path
-        result = run_child(argv, spec.timeout_s, env=env, cwd=str(item.config.invocation_params.dir))
-        info = _read_json(info_path)
+        argv = child_argv(config, Path(config.rootpath), workdir / "basetemp", [item.nodeid])
+        env = child_env(config, **{NODEID_ENV: item.nodeid})
+        cwd = Path(config.invocation_params.dir)
+        child = Child.start("child", argv, cwd=cwd, env=env, workdir=workdir)
+        sent = _ask(config, child, item.nodeid, spec.timeout_s)
+        result = child_result(child.spawned, child.end(0), _written(sent), timeout_s=spec.timeout_s)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
-    cma = info.get("concurrent_managed_access")
-    if not isinstance(cma, int):
-        cma = _known_cma(item.config)
-    violation = info.get("strict_violation")
+    call = next((r for r in sent if r.when == "call"), None)
+    if call is not None:  # what the child measured: reported and saved here, like any other test's
+        for record in report_records(call):
+            publish_record(item, record)
+        adopt_entries(config, call, item.nodeid)
+    cma = next((getattr(r, CMA) for r in sent if isinstance(getattr(r, CMA, None), int)), None)
+    if cma is None:
+        cma = _known_cma(config)
+    violation = next((getattr(r, STRICT_VIOLATION) for r in sent if getattr(r, STRICT_VIOLATION, None)), None)
     verdict = judge(
         spec.expect,
         result,
         cma,
         tegra_strict=state.tegra_strict,
-        strict_violation=violation if isinstance(violation, str) else None,
+        strict_violation=str(violation) if violation is not None else None,
     )
     if not verdict.passed:
         for name, text in (("stdout", result.stdout), ("stderr", result.stderr)):
@@ -240,6 +215,9 @@ def pytest_fixture_setup(
         handle = outcome.get_result()
     except BaseException:
         return
+    from pytest_jetmem.correctness import strict  # here: a run without jetmem tests loads no CUDA layer
+    from pytest_jetmem.cuda.workspace import Workspace
+
     if isinstance(handle, Workspace):
         strict.enable(handle)
 
@@ -261,49 +239,60 @@ def _found(excinfo: pytest.ExceptionInfo[BaseException] | None, kind: type[BaseE
     return next((e for e in _exception_chain(excinfo.value) if isinstance(e, kind)), None)
 
 
-def _child_outcome(report: pytest.TestReport) -> tuple[str, str]:
-    """The outcome to write for one phase, and its message. xfail is left to the parent's own markers."""
-    wasxfail = hasattr(report, "wasxfail")
-    text = report.longreprtext
-    if report.passed:
-        return "passed", ""
-    if report.skipped:
-        if wasxfail:  # xfailed: the body failed
-            return "failed", f"the test failed (xfail: {report.wasxfail})"
-        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else text
-        return "skipped", str(reason).removeprefix("Skipped: ")
-    if report.when == "call" and text.startswith("[XPASS(strict)]"):
-        return "passed", ""  # strict xpass: the body passed
-    return "failed", text
-
-
-def _probe_device(config: pytest.Config, ctx: ChildContext) -> None:
-    """Record the device's CONCURRENT_MANAGED_ACCESS for the parent (the child may open the device)."""
+def _device_cma(config: pytest.Config) -> int | None:
+    """The device's CONCURRENT_MANAGED_ACCESS, for the parent (the child may open the device)."""
     info = device_session(config).availability().info
-    if info is not None:
-        value = info.attributes.get("CONCURRENT_MANAGED_ACCESS")
-        ctx.write_info(concurrent_managed_access=None if value is None else int(value), device=info.name)
+    value = info.attributes.get("CONCURRENT_MANAGED_ACCESS") if info is not None else None
+    return None if value is None else int(value)
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, None]:
+    """In a child, on the reports of its test: what the parent judges with besides how the child ended."""
     outcome = yield
-    ctx = concurrency_session(item.config).child
-    if ctx is None or item is not ctx.target:
+    state = concurrency_session(item.config)
+    if state.target is None or item is not state.target:
         return
     report: pytest.TestReport = outcome.get_result()
     violation = _found(call.excinfo, TegraStrictError)
     if violation is not None:
-        ctx.write_info(strict_violation=str(violation))
-    if call.when == "setup":
-        _probe_device(item.config, ctx)
-    phase, message = _child_outcome(report)
+        setattr(report, STRICT_VIOLATION, str(violation))
     cuda = _found(call.excinfo, CudaError)
-    cuda_name = cuda.name if isinstance(cuda, CudaError) else None
+    if isinstance(cuda, CudaError):
+        setattr(report, CUDA_ERROR, cuda.name)
     if call.when == "setup":
-        if phase != "passed":
-            ctx.write(phase, message, cuda_name)
-    elif call.when == "call":
-        ctx.write(phase, message, cuda_name)
-    elif phase == "failed" and ctx.written != "failed":  # teardown
-        ctx.write("failed", f"teardown failed: {message}", cuda_name)
+        setattr(report, CMA, _device_cma(item.config))
+
+
+# -- the parent side: run the test in a child, read what it sent ---------------------------------------------
+
+
+def _ask(config: pytest.Config, child: Child, nodeid: str, timeout_s: float) -> list[pytest.TestReport]:
+    """Run ``nodeid`` in ``child`` within ``timeout_s`` (all of it: start, collection, the test, the end); the
+    reports it sent. At the deadline its process group is killed: how it ended says the rest."""
+    deadline = time.monotonic() + timeout_s
+
+    def left() -> float:
+        return max(deadline - time.monotonic(), 0.0)
+
+    sent: list[dict[str, Any]] = []
+    try:
+        child.answer(left())  # what it collected
+        sent, _ = child.run({"cmd": "run", "nodeid": nodeid}, left())
+    except ChildEnded as exc:
+        sent = exc.reports
+    except OSError:
+        pass  # it ended before it read the command: how it ended says
+    child.close(left())
+    return [from_wire(config, data) for data in sent]
+
+
+def _written(reports: list[pytest.TestReport]) -> dict[str, Any] | None:
+    """What the child's reports say of the test, for :func:`~pytest_jetmem.correctness.isolation.classify`; None
+    where they say nothing yet (setup passed, no report of the body)."""
+    said = [r for r in reports if r.when == "call" or phase_outcome(r)[0] != "passed"]
+    if not said:
+        return None
+    outcome, message = body_outcome(reports)
+    cuda = next((getattr(r, CUDA_ERROR) for r in said if getattr(r, CUDA_ERROR, None)), None)
+    return {"outcome": outcome, "message": message, "cuda_error": cuda}

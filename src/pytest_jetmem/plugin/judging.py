@@ -1,28 +1,31 @@
 """Judging one measurement against another, shared by the runtime half (against stored baselines) and the
 ``--jetmem-against`` half (the base against the change), so that neither half imports the other: the calls a
-comparison cannot make (other clocks, zero-copy over PCIe), a verdict's effect on the row and the test, and the
-rows published on the test reports.
+comparison cannot make (other clocks, zero-copy over PCIe), a verdict's effect on the record
+(:class:`~pytest_jetmem.measure.record.RecordBuilder`) and the test, and the records published on the test reports
+and read back from them.
 """
 
 from __future__ import annotations
 
 import warnings
+from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING
 
-import numpy as np
 import pytest
 
-from pytest_jetmem.measure.compare import Comparison, Verdict
-from pytest_jetmem.plugin.sessions import GateSession
+if TYPE_CHECKING:  # imported where used: loading the plugin imports neither the CUDA layer nor measure
+    from pytest_jetmem.measure.compare import Comparison
+    from pytest_jetmem.measure.record import Clocks, MeasurementRecord, RecordBuilder
+    from pytest_jetmem.plugin.sessions import GateSession
 
 #: Clocks further apart than this (relative) make a comparison's call ambiguous.
 CLOCK_TOLERANCE = 0.03
 
 
-def clock_mhz(clocks: dict[str, Any] | None) -> float | None:
-    """The SM clock a measurement ran at (the median of its readings), from its ``clocks`` record; None: unknown."""
-    return float(np.median(clocks["sm_mhz"])) if clocks else None
+def clock_mhz(clocks: Clocks | None) -> float | None:
+    """The SM clock a measurement ran at (the median of its readings), from its record's clocks; None: unknown."""
+    return clocks.median_mhz if clocks is not None else None
 
 
 def at_other_clocks(
@@ -31,6 +34,8 @@ def at_other_clocks(
     """``cmp``, said to be ambiguous where its call compares measurements taken at clocks more than 3% apart."""
     if then_mhz is None or now_mhz is None or abs(now_mhz / then_mhz - 1.0) <= CLOCK_TOLERANCE:
         return cmp
+    from pytest_jetmem.measure.compare import Verdict
+
     why = f"{then} was measured at {then_mhz:.0f} MHz and this at {now_mhz:.0f} MHz: not the same clocks"
     if cmp.verdict in (Verdict.REGRESSION, Verdict.IMPROVEMENT):
         return cmp.ambiguous_call(why)
@@ -38,8 +43,9 @@ def at_other_clocks(
 
 
 def over_pcie(cmp: Comparison, mode: str, integrated: bool | None) -> Comparison:
-    """``cmp``, said to be ambiguous where it is a zero-copy call on a discrete GPU (``integrated`` False; None:
-    not known, judged as usual): it is reported with its figures, not judged.
+    """``cmp``, said to be ambiguous where its mode's kernels reach memory over PCIe (``MemoryMode.crosses_pcie``:
+    zero-copy) on a discrete GPU (``integrated`` False; None: not known, judged as usual): it is reported with its
+    figures, not judged. A mode not registered in this process is judged as usual.
 
     Each process's pinned host memory lands on its own physical pages, and reading it over PCIe moves by far more
     than a gate's threshold from one process to the next: on an H100, 24 sessions of the same code spread by up to
@@ -48,7 +54,10 @@ def over_pcie(cmp: Comparison, mode: str, integrated: bool | None) -> Comparison
     pages, so no number of rounds or runs in one pair of processes measures that spread either. On an integrated
     GPU (a Jetson) there is no PCIe: zero-copy is judged as usual.
     """
-    if mode != "zero_copy" or integrated is not False:
+    from pytest_jetmem.cuda.modes import find_mode
+
+    memory_mode = find_mode(mode)
+    if memory_mode is None or not memory_mode.crosses_pcie or integrated is not False:
         return cmp
     return cmp.ambiguous_call(
         "zero-copy memory over PCIe: where each process's pinned host memory lands moves its speed by several "
@@ -58,61 +67,86 @@ def over_pcie(cmp: Comparison, mode: str, integrated: bool | None) -> Comparison
 
 
 def apply_comparison(
-    item: pytest.Item, state: GateSession, row: dict[str, Any], cmp: Comparison, *, judged: bool
+    item: pytest.Item, state: GateSession, record: RecordBuilder, cmp: Comparison, *, judged: bool
 ) -> str | None:
-    """Put a comparison's figures in ``row``; the failure message it gives a judged test (None: it passes).
+    """Put a comparison's figures in ``record``; the failure message it gives a judged test (None: it passes).
 
     A regression fails; an ambiguous verdict fails, warns or passes as ``--jetmem-ambiguous`` says.
     """
-    if row.get("throttled"):
-        cmp = cmp.ambiguous_call(
-            f"measured while the GPU was throttled ({', '.join(row['throttled'])}): not comparable"
-        )
-    row.update(
-        baseline_change_pct=cmp.change_pct,
-        baseline=cmp.verdict.value,
-        baseline_ci=[cmp.ci_low, cmp.ci_high],
-        baseline_unit=cmp.unit,
-    )
-    if cmp.reason:
-        row["baseline_reason"] = cmp.reason
+    from pytest_jetmem.measure.compare import Verdict
+    from pytest_jetmem.measure.record import BaselineComparison, RecordVerdict
+
+    throttled = record.conditions.throttled
+    if throttled:
+        cmp = cmp.ambiguous_call(f"measured while the GPU was throttled ({', '.join(throttled)}): not comparable")
+    record.baseline = BaselineComparison.of(cmp)
     if not judged:
         return None
-    text = f"{row['mode']} {row['key']}: {cmp.describe()}"
+    text = f"{record.identity.mode} {record.identity.key}: {cmp.describe()}"
     if cmp.verdict is Verdict.REGRESSION:
-        row["verdict"] = "FAIL regression"
+        record.verdict = RecordVerdict.FAIL_REGRESSION
         return text
     if cmp.verdict is Verdict.AMBIGUOUS:
         if state.ambiguous == "fail":
-            row["verdict"] = "FAIL ambiguous"
+            record.verdict = RecordVerdict.FAIL_AMBIGUOUS
             return f"{text} [--jetmem-ambiguous=fail]"
         if state.ambiguous == "warn":
-            row["verdict"] = "ambiguous"
+            record.verdict = RecordVerdict.AMBIGUOUS
             warnings.warn(pytest.PytestWarning(f"jetmem: {item.nodeid}: {text}"), stacklevel=1)
     return None
 
 
-def publish_row(item: pytest.Item, row: dict[str, Any]) -> None:
-    """Rows travel on the report (xdist-safe); junitxml gets the figures as properties."""
-    rows = item.stash.setdefault(_ROWS, [])
-    rows.append(row)
-    prefix = f"jetmem:{row['mode']}:{row['key']}"
-    item.user_properties.append((f"{prefix}:median_ms", round(row["median"], 6)))
-    item.user_properties.append((f"{prefix}:mad_ms", round(row["mad"], 6)))
-    item.user_properties.append((f"{prefix}:samples", row["n"]))
-    if row.get("first_call_ms") is not None:
-        item.user_properties.append((f"{prefix}:first_call_ms", round(row["first_call_ms"], 6)))
-    if row.get("ratio") is not None:
-        item.user_properties.append((f"{prefix}:ratio_to_{row['relative_to']}", round(row["ratio"], 4)))
-    if row.get("baseline_change_pct") is not None:
-        item.user_properties.append((f"{prefix}:baseline_change_pct", round(row["baseline_change_pct"], 3)))
-        item.user_properties.append((f"{prefix}:baseline_verdict", row["baseline"]))
-    item.user_properties.append((f"{prefix}:verdict", row["verdict"]))
+def junit_properties(record: MeasurementRecord) -> list[tuple[str, object]]:
+    """The JUnit XML properties of ``record``: ``jetmem:<mode>:<key>:<figure>``."""
+    from pytest_jetmem.measure.record import BaselineComparison
+
+    stats, judgement = record.statistics, record.judgement
+    prefix = f"jetmem:{record.mode}:{record.key}"
+    props: list[tuple[str, object]] = [
+        (f"{prefix}:median_ms", round(stats.median, 6)),
+        (f"{prefix}:mad_ms", round(stats.mad, 6)),
+        (f"{prefix}:samples", stats.n),
+    ]
+    if stats.first_call_ms is not None:
+        props.append((f"{prefix}:first_call_ms", round(stats.first_call_ms, 6)))
+    if judgement.ratio is not None:
+        props.append((f"{prefix}:ratio_to_{judgement.ratio.relative_to}", round(judgement.ratio.ratio, 4)))
+    if isinstance(judgement.baseline, BaselineComparison):
+        props.append((f"{prefix}:baseline_change_pct", round(judgement.baseline.change_pct, 3)))
+        props.append((f"{prefix}:baseline_verdict", judgement.baseline.verdict.value))
+    props.append((f"{prefix}:verdict", judgement.verdict.value))
+    return props
 
 
-_ROWS = pytest.StashKey[list]()
+def publish_record(item: pytest.Item, record: MeasurementRecord) -> None:
+    """Records travel on the report (xdist-safe, as their JSON objects); junitxml gets the figures as properties."""
+    item.stash.setdefault(_RECORDS, []).append(record)
+    item.user_properties.extend(junit_properties(record))
 
 
-def published_rows(item: pytest.Item) -> list[dict[str, Any]] | None:
-    """The rows :func:`publish_row` put on ``item`` (None: none)."""
-    return item.stash.get(_ROWS, None)
+_RECORDS = pytest.StashKey["list[MeasurementRecord]"]()
+
+
+def published_records(item: pytest.Item) -> list[MeasurementRecord] | None:
+    """The records :func:`publish_record` put on ``item`` (None: none)."""
+    return item.stash.get(_RECORDS, None)
+
+
+#: The attribute of a call report that carries its records, as JSON objects (:meth:`MeasurementRecord.to_json`):
+#: so they travel to an xdist controller and, serialised, from a relay or an ``--jetmem-against`` child.
+REPORT_ATTRIBUTE = "jetmem_rows"
+
+
+def attach_records(report: pytest.TestReport, records: Sequence[MeasurementRecord]) -> None:
+    """Put ``records`` on ``report`` (:data:`REPORT_ATTRIBUTE`)."""
+    setattr(report, REPORT_ATTRIBUTE, [r.to_json() for r in records])
+
+
+def report_records(report: pytest.TestReport) -> list[MeasurementRecord]:
+    """The records a call report carries (none on setup and teardown reports, nor without measurements)."""
+    found = getattr(report, REPORT_ATTRIBUTE, None) if report.when == "call" else None
+    if not found:
+        return []
+    from pytest_jetmem.measure.record import MeasurementRecord
+
+    return [MeasurementRecord.from_json(data) for data in found]

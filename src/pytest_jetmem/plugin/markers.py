@@ -1,4 +1,5 @@
-"""The plugin's marker names and the one way a bad marker becomes a collection error naming the test."""
+"""The plugin's marker names, the memory modes they name, which items are jetmem's, and the one way a bad marker
+becomes a collection error naming the test."""
 
 from __future__ import annotations
 
@@ -13,8 +14,26 @@ MEMMODE = "memmode"
 RUNTIME = "memmode_runtime"
 COHERENCE = "memmode_coherence"
 CONCURRENCY = concurrency.MARKER
+#: The fixtures that put a test on the GPU (or, without one, on the no-GPU check session).
+GPU_FIXTURES = frozenset({"memmode", "jetmem", "jetmem_device"})
 
 T = TypeVar("T")
+
+
+def mode_names(*, default_only: bool = False) -> tuple[str, ...]:
+    """The registered memory modes' names (``default_only``: the modes a bare ``memmode`` marker runs in), asked of
+    the registry: :mod:`pytest_jetmem.cuda.modes` imports neither numpy nor the driver, so a run without jetmem
+    tests still loads no more of the CUDA layer than that."""
+    from pytest_jetmem.cuda import modes
+
+    return modes.default_names() if default_only else modes.names()
+
+
+def uses_jetmem(item: pytest.Item) -> bool:
+    """Whether ``item`` is one of pytest-jetmem's: it takes a fixture of :data:`GPU_FIXTURES` or carries a marker."""
+    if GPU_FIXTURES & set(getattr(item, "fixturenames", ())):
+        return True
+    return any(item.get_closest_marker(name) is not None for name in (MEMMODE, RUNTIME, COHERENCE, CONCURRENCY))
 
 
 def validated(node: pytest.Item | pytest.Function, name: str, parse: Callable[[pytest.Mark, str], T]) -> T | None:

@@ -1,22 +1,20 @@
-"""The ``memmode`` half: the marker's parametrization, ``--jetmem-modes``, the fixtures, the report header."""
+"""The ``memmode`` half: the marker's parametrization, ``--jetmem-modes``, the fixtures, the report header.
+
+Loading it imports neither the CUDA layer nor the handle (nor numpy): they are imported where a jetmem test, or an
+option that needs them, first does (docs/architecture.md).
+"""
 
 from __future__ import annotations
 
 import os
 import warnings
 from collections.abc import Generator, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_jetmem.cuda import driver
-from pytest_jetmem.cuda.device import DeviceInfo, nvrtc_library_line
-from pytest_jetmem.cuda.modes import DEFAULT_MODES, MODES, get_mode
-from pytest_jetmem.cuda.session import CudaSession
 from pytest_jetmem.errors import CudaError, CudaUnavailable
-from pytest_jetmem.handle import Jetmem
 from pytest_jetmem.plugin import markers, nogpu_check, options
-from pytest_jetmem.plugin.options import option_group
 from pytest_jetmem.plugin.runtime_spec import (
     RuntimeSpec,
     needs_jetmem,
@@ -26,35 +24,24 @@ from pytest_jetmem.plugin.runtime_spec import (
 )
 from pytest_jetmem.plugin.sessions import device_session
 
+if TYPE_CHECKING:
+    from pytest_jetmem.cuda import driver
+    from pytest_jetmem.cuda.device import DeviceInfo
+    from pytest_jetmem.cuda.session import CudaSession
+    from pytest_jetmem.handle import Jetmem
+
 PARAM = "memmode"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    group = option_group(parser)
-    group.addoption(
-        "--jetmem-modes",
-        dest="jetmem_modes",
-        default=None,
-        metavar="MODES",
-        help=f"run memmode tests only in these memory modes (comma or space separated: {', '.join(MODES)})",
-    )
-    parser.addini("jetmem_modes", "memory modes to run memmode tests in (default: all)", default="")
-    group.addoption(
-        "--jetmem-cache-dir",
-        dest="jetmem_cache_dir",
-        default=None,
-        metavar="DIR",
-        help="NVRTC kernel cache directory (default $JETMEM_CACHE_DIR, else $XDG_CACHE_HOME/pytest-jetmem/kernels, "
-        "else ~/.cache/pytest-jetmem/kernels)",
-    )
-    parser.addini("jetmem_cache_dir", "NVRTC kernel cache directory", default="")
+    options.add(parser, "modes", "cache_dir", modes=", ".join(markers.mode_names()))
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
-        f"{markers.MEMMODE}(*modes): run the test once per memory mode (device, managed, zero_copy); "
-        "no arguments: every mode the device supports",
+        f"{markers.MEMMODE}(*modes): run the test once per memory mode ({', '.join(markers.mode_names())}); "
+        f"no arguments: every default mode ({', '.join(markers.mode_names(default_only=True))}) the device supports",
     )
     device_session(config)  # a bad --jetmem-modes stops the run here
     options.cache_dir(config)  # so does a kernel cache path that is a file
@@ -74,6 +61,8 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 def marker_modes(marker: pytest.Mark, test_name: str) -> tuple[str, ...]:
     """The modes a ``memmode`` marker asks for, validated (errors name the test and the bad value)."""
+    from pytest_jetmem.cuda.modes import default_names, names  # here: a run without the marker loads no CUDA layer
+
     if marker.kwargs:
         raise ValueError(
             f"{test_name}: @pytest.mark.memmode takes mode names only, got keyword(s) {', '.join(marker.kwargs)}"
@@ -89,9 +78,9 @@ def marker_modes(marker: pytest.Mark, test_name: str) -> tuple[str, ...]:
     for a in args:
         if not isinstance(a, str):
             raise ValueError(f"{test_name}: @pytest.mark.memmode expects mode names (str), got {a!r}")
-        if a not in MODES:
+        if a not in names():
             raise ValueError(
-                f"{test_name}: @pytest.mark.memmode got unknown memory mode {a!r}; expected one of {', '.join(MODES)}"
+                f"{test_name}: @pytest.mark.memmode got unknown memory mode {a!r}; expected one of {', '.join(names())}"
             )
     repeated = [m for m in dict.fromkeys(args) if args.count(m) > 1]
     if repeated:
@@ -100,7 +89,7 @@ def marker_modes(marker: pytest.Mark, test_name: str) -> tuple[str, ...]:
             f"{', '.join(map(repr, repeated))} more than once; "
             "expected each mode at most once"
         )
-    return tuple(args) or DEFAULT_MODES
+    return tuple(args) or default_names()
 
 
 def _runtime_spec(marker: pytest.Mark, test_name: str) -> RuntimeSpec:
@@ -143,17 +132,24 @@ def item_mode(item: pytest.Item) -> str | None:
     return callspec.params.get(PARAM) if callspec is not None else None
 
 
-def _backend_or_none() -> object:
+def _backend_or_none() -> driver.DriverBackend | None:
+    from pytest_jetmem.cuda import driver
+
     try:
         return driver.get()
     except CudaUnavailable:  # no cuda-bindings
         return None
 
 
-def pytest_report_header(config: pytest.Config) -> list[str]:
-    session = device_session(config)
-    selected = ", ".join(session.selected_modes) if session.selected_modes else "all"
-    avail = session.availability()
+_DEVICE_SHOWN = pytest.StashKey[bool]()
+
+
+def _device_lines(config: pytest.Config) -> list[str]:
+    """What the session found: the device and its memory attributes, or why GPU tests skip (opens the device)."""
+    from pytest_jetmem.cuda.device import nvrtc_library_line
+
+    config.stash[_DEVICE_SHOWN] = True
+    avail = device_session(config).availability()
     lines = []
     if avail.info is not None:
         lines.extend(avail.info.header_lines())
@@ -163,8 +159,26 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
             lines.append(f"jetmem: NVRTC library: {line}")
     if not avail.ok:
         lines.append(f"jetmem: GPU tests will be skipped: {avail.reason}")
-    lines.append(f"jetmem: modes selected: {selected}")
     return lines
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    """The modes selected; the device too where it is already open (``JETMEM_DEVICE``) or on an xdist controller,
+    which collects nothing. Elsewhere the device is opened (and said) after collection, only for jetmem tests."""
+    session = device_session(config)
+    selected = ", ".join(session.selected_modes) if session.selected_modes else "all"
+    shown = session.probed_info is not None or config.pluginmanager.has_plugin("dsession")
+    return [*(_device_lines(config) if shown else []), f"jetmem: modes selected: {selected}"]
+
+
+def pytest_report_collectionfinish(config: pytest.Config, items: list[pytest.Item]) -> list[str]:
+    """After collection, where a collected test is jetmem's: the device lines of the header (a run without jetmem
+    tests never opens the device, nor imports the CUDA layer)."""
+    if config.stash.get(_DEVICE_SHOWN, False) or config.get_verbosity() < 0 or config.getoption("no_header", False):
+        return []
+    if not any(markers.uses_jetmem(item) for item in items):
+        return []
+    return _device_lines(config)
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)  # outermost: the runtime half publishes its rows first
@@ -173,8 +187,12 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> Iterator[Any]:
     result = yield
     mark = pyfuncitem.get_closest_marker(markers.RUNTIME)
     handle = pyfuncitem.funcargs.get("jetmem")
-    if mark is None or not isinstance(handle, Jetmem) or pyfuncitem.get_closest_marker(markers.CONCURRENCY):
+    if mark is None or handle is None or pyfuncitem.get_closest_marker(markers.CONCURRENCY):
         return result  # unmarked; the body ran elsewhere (--jetmem-against, a memmode_concurrency child)
+    from pytest_jetmem.handle import Jetmem
+
+    if not isinstance(handle, Jetmem):
+        return result
     spec = parse_runtime_marker(mark.args, dict(mark.kwargs), pyfuncitem.nodeid)
     why = nothing_judged(spec, handle.measurements, pyfuncitem.nodeid)
     if why is not None:
@@ -201,7 +219,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 # -- fixtures ----------------------------------------------------------------------------------------
 @pytest.fixture
 def memmode(request: pytest.FixtureRequest) -> str:
-    """The memory mode of this test item (``device``, ``managed`` or ``zero_copy``)."""
+    """The memory mode of this test item (a registered mode's name: ``device``, ``managed``, ``zero_copy``, ...)."""
     mode = getattr(request, "param", None)
     if mode is None:
         pytest.fail(
@@ -216,6 +234,8 @@ def memmode(request: pytest.FixtureRequest) -> str:
     assert avail.info is not None and avail.device is not None
     if avail.device.broken:
         pytest.skip(f"jetmem: {avail.device.broken}")
+    from pytest_jetmem.cuda.modes import get_mode
+
     reason = get_mode(mode).unsupported_reason(avail.info)
     if reason:
         pytest.skip(f"jetmem: {reason}")
@@ -225,6 +245,8 @@ def memmode(request: pytest.FixtureRequest) -> str:
 @pytest.fixture
 def jetmem(request: pytest.FixtureRequest, memmode: str) -> Iterator[Jetmem]:
     """The per-test handle for this item's memory mode; its buffers are freed at teardown."""
+    from pytest_jetmem.handle import Jetmem
+
     session = device_session(request.config)
     if session.cuda is None:  # no GPU (the memmode fixture let it through): see plugin.nogpu
         yield from nogpu_check.check_handle(request, memmode, session.availability(), session.stopping_rule)

@@ -18,29 +18,11 @@ from typing import Any
 
 import pytest
 
-from pytest_jetmem.cuda.nogpu import GpuNeeded
-from pytest_jetmem.plugin import nogpu_check
-from pytest_jetmem.plugin.options import option_group
+from pytest_jetmem.plugin import nogpu_check, options
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    group = option_group(parser)
-    group.addoption(
-        "--jetmem-arch",
-        dest="jetmem_arch",
-        default=None,
-        metavar="ARCHS",
-        help="without a GPU: compile every kernel for these architectures (comma or space separated, e.g. "
-        "sm_87,sm_110; "
-        "default: the Jetson architectures the installed NVRTC supports; 'none': skip jetmem tests at once)",
-    )
-    parser.addini("jetmem_arch", "without a GPU: architectures to compile kernels for (or 'none')", default="")
-    parser.addini(
-        "jetmem_include_dirs",
-        "include directories searched by every kernel compile, after compile()'s include_dirs",
-        type="paths",
-        default=[],
-    )
+    options.add(parser, "arch", "include_dirs")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -57,6 +39,8 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> Iterator[Any]:
     check = nogpu_check.check_record(pyfuncitem)
     if check is None:
         return (yield)
+    from pytest_jetmem.cuda.nogpu import GpuNeeded  # imported already: the check session raises it
+
     operation = None
     try:
         yield

@@ -10,19 +10,19 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_jetmem.cuda import driver
-from pytest_jetmem.cuda.compiler import KernelCache
-from pytest_jetmem.cuda.device import Availability
-from pytest_jetmem.cuda.nogpu import CheckDriver, NoGpuObserver, default_archs, open_check_session, parse_archs
-from pytest_jetmem.cuda.session import CudaSession
 from pytest_jetmem.errors import CudaUnavailable
-from pytest_jetmem.handle import Jetmem
 from pytest_jetmem.plugin import markers, options
 from pytest_jetmem.plugin.sessions import include_dirs
+
+if TYPE_CHECKING:  # imported where used: only a jetmem test without a GPU needs the check session
+    from pytest_jetmem.cuda.device import Availability
+    from pytest_jetmem.cuda.nogpu import CheckDriver
+    from pytest_jetmem.cuda.session import CudaSession
+    from pytest_jetmem.handle import Jetmem
 
 ARCH = "arch"
 NONE = "none"
@@ -38,6 +38,8 @@ def target_archs(config: pytest.Config) -> tuple[str, ...] | None:
         return None
     if str(text).strip().lower() == NONE:
         return ()
+    from pytest_jetmem.cuda.nogpu import parse_archs
+
     try:
         return parse_archs(str(text), source)
     except ValueError as exc:
@@ -61,6 +63,10 @@ def _state(config: pytest.Config, avail: Availability) -> _State:
     state = config.stash.get(_STATE, None)
     if state is not None:
         return state
+    from pytest_jetmem.cuda import driver
+    from pytest_jetmem.cuda.compiler import KernelCache
+    from pytest_jetmem.cuda.nogpu import default_archs, open_check_session
+
     state = config.stash[_STATE] = _State()
     archs = target_archs(config)
     try:
@@ -127,10 +133,14 @@ _TEST = pytest.StashKey[CheckRecord]()
 
 def check_handle(request: pytest.FixtureRequest, memmode: str, avail: Availability, rule: Any) -> Iterator[Jetmem]:
     """The ``jetmem`` fixture's body on a machine without a GPU (see :func:`checking`)."""
+    from pytest_jetmem.cuda.nogpu import CheckDriver, NoGpuObserver
+    from pytest_jetmem.handle import Jetmem
+
     state = request.config.stash[_STATE]
     session = state.session
     assert session is not None
     drv = session.drv
+    assert isinstance(drv, CheckDriver), drv
     drv.reset_counts()
     check = CheckRecord(avail.reason, session.archs, drv, session, len(session.compile_requests))
     request.node.stash[_TEST] = check

@@ -1,28 +1,270 @@
-"""The plugin's options and ini keys: one ``--help`` group, one way to resolve "the option, else the ini key".
+"""The plugin's options and ini keys: one table, one ``--help`` group, one resolver ("the option, else the ini key").
 
-Every setting ``<name>`` has the option ``--jetmem-<name>`` (dest ``jetmem_<name>``) and, where it makes
-sense, the ini key ``jetmem_<name>``; the option wins when given. A bad value is a ``pytest.UsageError`` that
-names the option or ini key, the value and what was expected.
+Every setting ``<name>`` is a row of :data:`SETTINGS`: the option ``--jetmem-<name>`` (dest ``jetmem_<name>``)
+where it has one, the ini key ``jetmem_<name>`` where it has one (the option wins when given), its type,
+default and help, and whether a child session gets it (:attr:`Setting.child`; a child never saves, compares
+for ``--jetmem-against``, or writes the parent's outputs). Each half registers its rows with :func:`add` from
+its ``pytest_addoption``; the child argv (:mod:`pytest_jetmem.plugin.children`) leaves out the rows a child
+must not get. A bad value is a ``pytest.UsageError`` that names the option or ini key, the value and what was
+expected.
 """
 
 from __future__ import annotations
 
 import math
 import os
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from pytest_jetmem.measure.baseline import BaselineStore
-
 GROUP = "jetmem"
 GROUP_DESCRIPTION = "memory-mode testing of CUDA code (pytest-jetmem)"
+AMBIGUOUS_POLICIES = ("pass", "warn", "fail")
+WINDOW_SESSIONS = 10  # measure.baseline.WINDOW_SESSIONS (a test checks they agree), not imported for a help text
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One setting: its option (``--jetmem-<name>``), its ini key (``jetmem_<name>``), and whether children get it.
+
+    ``takes`` is what the option takes: ``"value"`` (``--opt X``), ``"optional"`` (``--opt`` alone means
+    ``const``) or ``"flag"`` (store_true). ``ini_help`` None: no ini key; ``option`` False: an ini key only.
+    """
+
+    name: str
+    help: str
+    takes: str = "value"
+    type: type | None = None
+    metavar: str | None = None
+    choices: tuple[str, ...] | None = None
+    const: str | None = None
+    default: Any = None
+    ini_help: str | None = None
+    ini_type: str | None = None  # pytest's addini type ("bool", "paths"); None: a string
+    ini_default: Any = ""
+    child: bool = True
+    option: bool = True
+
+    @property
+    def flag(self) -> str:
+        """``--jetmem-<name>``."""
+        return option_name(self.name)
+
+    @property
+    def dest(self) -> str:
+        return f"jetmem_{self.name}"
+
+
+#: Every setting of the plugin, in ``--help`` order within each half.
+SETTINGS: tuple[Setting, ...] = (
+    # the memmode half
+    Setting(
+        "modes",
+        "run memmode tests only in these memory modes (comma or space separated: {modes})",
+        metavar="MODES",
+        ini_help="memory modes to run memmode tests in (default: all)",
+    ),
+    Setting(
+        "cache_dir",
+        "NVRTC kernel cache directory (default $JETMEM_CACHE_DIR, else $XDG_CACHE_HOME/pytest-jetmem/kernels, "
+        "else ~/.cache/pytest-jetmem/kernels)",
+        metavar="DIR",
+        ini_help="NVRTC kernel cache directory",
+    ),
+    # the runtime half
+    Setting(
+        "save",
+        "save this run's timings as baseline NAME (default name: default)",
+        takes="optional",
+        const="default",
+        metavar="NAME",
+        child=False,  # the parent saves what its children measured
+    ),
+    Setting(
+        "compare",
+        "compare timings against baseline NAME and fail memmode_runtime tests that regressed",
+        takes="optional",
+        const="default",
+        metavar="NAME",
+        ini_help="baseline to compare against by default",
+    ),
+    Setting(
+        "fail",
+        "regression threshold in percent of the baseline median (default 5)",
+        type=float,
+        metavar="PCT",
+        ini_help="regression threshold in percent",
+        ini_default="5",
+    ),
+    Setting(
+        "baseline_dir",
+        "where baselines live (default .jetmem/baselines under the rootdir)",
+        metavar="DIR",
+        ini_help="baseline directory",
+    ),
+    Setting(
+        "strict_machine",
+        "fail instead of warn when the baseline comes from another machine fingerprint",
+        takes="flag",
+        ini_help="fail on a baseline from another machine",
+        ini_type="bool",
+        ini_default=False,
+    ),
+    Setting(
+        "overwrite",
+        "let --jetmem-save replace a baseline of earlier sessions (kept as NAME.json.prev) instead of "
+        "appending this session to it",
+        takes="flag",
+        default=False,
+        child=False,
+    ),
+    Setting(
+        "ambiguous",
+        "what an ambiguous comparison does (a change past the threshold that is not clear of the noise, "
+        "or a baseline with too few sessions to know its noise): pass, warn (default) or fail",
+        choices=AMBIGUOUS_POLICIES,
+        ini_help="what an ambiguous comparison does: pass, warn or fail",
+        ini_default="warn",
+    ),
+    Setting(
+        "window",
+        f"sessions a baseline keeps when --jetmem-save appends (default {WINDOW_SESSIONS}, the newest)",
+        type=int,
+        metavar="N",
+        ini_help="sessions a baseline keeps when sessions are appended",
+        ini_default=str(WINDOW_SESSIONS),
+    ),
+    Setting(
+        "runs",
+        "run each measured test body N times with fresh allocations (default 1); the spread between "
+        "runs enters the regression test",
+        type=int,
+        metavar="N",
+        ini_help="runs (fresh allocations) per measured test",
+        ini_default="1",
+    ),
+    Setting(
+        "benchmark_json",
+        "also write the timings in pytest-benchmark's JSON format",
+        metavar="PATH",
+        child=False,
+    ),
+    Setting(
+        "max_time",
+        "time cap per measurement in seconds (default 1.0)",
+        type=float,
+        metavar="S",
+        ini_help="time cap per measurement in seconds",
+        ini_default="1.0",
+    ),
+    Setting(
+        "noise",
+        "stop sampling when the median's relative standard error is below this (default 0.01)",
+        type=float,
+        metavar="FRACTION",
+        ini_help="target relative noise of the median",
+        ini_default="0.01",
+    ),
+    # the concurrency half
+    Setting(
+        "tegra_strict",
+        "enforce Jetson's managed-memory rule on any device: host access to managed memory while "
+        "jetmem work may be in flight raises TegraStrictError",
+        takes="flag",
+        ini_help="enforce Jetson's managed-memory rule on any device (like --jetmem-tegra-strict)",
+        ini_type="bool",
+        ini_default=False,
+    ),
+    # the report half
+    Setting(
+        "report",
+        "write a self-contained HTML report of the timings (table and charts) to PATH, and the rows as "
+        "JSON next to it (PATH with the suffix .json)",
+        metavar="PATH",
+        ini_help="write the HTML timing report to this path (relative to the rootdir), like --jetmem-report",
+        child=False,  # a child's rows travel to its parent, which writes the report
+    ),
+    # the against half
+    Setting(
+        "against",
+        "measure the base REF (a git revision of the repository under test, or the path of a prepared "
+        "checkout) and this tree in turns on the same GPU, and judge every measured test on the paired data",
+        metavar="REF",
+        ini_help="like --jetmem-against: the base to measure this tree against",
+        child=False,
+    ),
+    # the no-GPU half
+    Setting(
+        "arch",
+        "without a GPU: compile every kernel for these architectures (comma or space separated, e.g. "
+        "sm_87,sm_110; "
+        "default: the Jetson architectures the installed NVRTC supports; 'none': skip jetmem tests at once)",
+        metavar="ARCHS",
+        ini_help="without a GPU: architectures to compile kernels for (or 'none')",
+    ),
+    Setting(
+        "include_dirs",
+        "",
+        ini_help="include directories searched by every kernel compile, after compile()'s include_dirs",
+        ini_type="paths",
+        ini_default=[],
+        option=False,
+    ),
+)
+
+_BY_NAME = {s.name: s for s in SETTINGS}
+
+
+def setting(name: str) -> Setting:
+    """The row of :data:`SETTINGS` named ``name``."""
+    return _BY_NAME[name]
 
 
 def option_group(parser: pytest.Parser) -> pytest.OptionGroup:
     """The one ``--help`` group every half of the plugin adds its options to."""
     return parser.getgroup(GROUP, GROUP_DESCRIPTION)
+
+
+def add(parser: pytest.Parser, *names: str, **help_values: str) -> None:
+    """Register the options and ini keys of the settings ``names`` (a half's ``pytest_addoption`` calls this).
+
+    ``help_values`` fill the ``{...}`` fields of a help text (``modes=...``: the registered memory modes).
+    """
+    group = option_group(parser)
+    for name in names:
+        s = _BY_NAME[name]
+        if s.option:
+            text = s.help.format(**help_values) if help_values else s.help
+            kwargs: dict[str, Any] = {"dest": s.dest, "default": s.default, "help": text}
+            if s.takes == "flag":
+                kwargs["action"] = "store_true"
+            else:
+                if s.takes == "optional":
+                    kwargs.update(nargs="?", const=s.const)
+                for key in ("type", "metavar", "choices"):
+                    if getattr(s, key) is not None:
+                        kwargs[key] = getattr(s, key)
+            group.addoption(s.flag, **kwargs)
+        if s.ini_help is not None:
+            ini: dict[str, Any] = {"default": s.ini_default}
+            if s.ini_type is not None:
+                ini["type"] = s.ini_type
+            parser.addini(s.dest, s.ini_help, **ini)
+
+
+def parent_only() -> Iterator[Setting]:
+    """The settings a child session must not get (it never saves, never writes the parent's outputs)."""
+    return (s for s in SETTINGS if not s.child)
+
+
+def reset_parent_only(config: pytest.Config) -> None:
+    """In a child: the parent-only options back to their defaults, wherever they came from (``addopts`` too)."""
+    for s in parent_only():
+        if s.option:
+            setattr(config.option, s.dest, s.default)
 
 
 def option_name(name: str) -> str:
@@ -42,15 +284,23 @@ def _ini(config: pytest.Config, name: str) -> Any:
         raise pytest.UsageError(f"{ini_name(name)}: expected true or false, got {exc}") from None
 
 
-def raw(config: pytest.Config, name: str, *, ini: bool = True) -> tuple[Any, str]:
-    """(value, where it came from): the option if given, else the ini key (``ini=False``: option only)."""
+def _has_ini(name: str, ini: bool | None) -> bool:
+    """Whether setting ``name`` is read from its ini key too: ``ini`` if given, else where the table has one."""
+    if ini is not None:
+        return ini
+    row = _BY_NAME.get(name)
+    return row is None or row.ini_help is not None
+
+
+def raw(config: pytest.Config, name: str, *, ini: bool | None = None) -> tuple[Any, str]:
+    """(value, where it came from): the option if given, else the ini key (where the setting has one, or ``ini``)."""
     value = config.getoption(f"jetmem_{name}", None)
-    if value is not None or not ini:
+    if value is not None or not _has_ini(name, ini):
         return value, option_name(name)
     return _ini(config, name), ini_name(name)
 
 
-def get_str(config: pytest.Config, name: str, *, ini: bool = True) -> str | None:
+def get_str(config: pytest.Config, name: str, *, ini: bool | None = None) -> str | None:
     """A text setting; an empty ini value is None."""
     value, _ = raw(config, name, ini=ini)
     if value is None:
@@ -89,7 +339,7 @@ def get_int(config: pytest.Config, name: str, *, minimum: int, what: str) -> int
     return number
 
 
-def baseline_name(config: pytest.Config, name: str, *, ini: bool = True) -> str | None:
+def baseline_name(config: pytest.Config, name: str, *, ini: bool | None = None) -> str | None:
     """The baseline name setting ``name`` (``save``, ``compare``), checked before the session starts.
 
     None where it is not set (an empty ini value is not set); a name given empty (``--jetmem-save=``) or
@@ -103,6 +353,8 @@ def baseline_name(config: pytest.Config, name: str, *, ini: bool = True) -> str 
         if source.startswith("--"):
             raise pytest.UsageError(f"{source}: expected a baseline name, got {value!r}")
         return None
+    from pytest_jetmem.measure.baseline import BaselineStore  # here: only a baseline option loads measure
+
     try:
         return BaselineStore.check_name(text)
     except ValueError as exc:

@@ -13,7 +13,6 @@ Under pytest-xdist each worker relays its own later GPU tests: the controller se
 
 from __future__ import annotations
 
-import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -21,15 +20,12 @@ from typing import Any
 
 import pytest
 
-from pytest_jetmem.plugin.children import ChildProcess, DrivenChannel, session_argv, spawn_driven
+from pytest_jetmem.plugin import children
+from pytest_jetmem.plugin.children import Child, adopt_entries, child_argv, child_env, from_wire
 from pytest_jetmem.plugin.sessions import device_session, gate_session
 
-FDS_ENV = "PYTEST_JETMEM_RELAY_FDS"  # "<command fd>,<answer fd>": this process is a relay
-SESSION_ENV = "PYTEST_JETMEM_RELAY_SESSION"  # the parent's session id: baseline entries of both merge
 #: GPU tests use one of these fixtures.
 GPU_FIXTURES = frozenset({"memmode", "jetmem", "jetmem_device"})
-#: Written by the parent from the replayed reports, never by a relay.
-PARENT_ONLY = ("--jetmem-report", "--jetmem-benchmark-json", "--basetemp")
 
 
 def needs_gpu(item: pytest.Item) -> bool:
@@ -37,14 +33,10 @@ def needs_gpu(item: pytest.Item) -> bool:
     return bool(GPU_FIXTURES & set(getattr(item, "fixturenames", ())))
 
 
-@pytest.hookimpl(tryfirst=True)  # before the runtime half: a relay takes its parent's session id
+@pytest.hookimpl(tryfirst=True)  # before the runtime half: a child takes its parent's session id
 def pytest_configure(config: pytest.Config) -> None:
-    """Register the parent's hooks, or in a relay the relay's."""
-    device = device_session(config)
-    if FDS_ENV in os.environ:
-        device.relay_allowed = False  # the parent replaces a relay that breaks in turn
-        device.parent_session = os.environ.pop(SESSION_ENV, None) or None
-        config.pluginmanager.register(RelayChild.from_environment(config), "jetmem-relay-child")
+    """In a child, its side (:func:`children.configure_child`: a relay is a driven child); else the parent's hooks."""
+    if children.configure_child(config) is not None:
         return
     parent = RelayParent(config)
     config.pluginmanager.register(parent, "jetmem-relay")
@@ -59,14 +51,14 @@ class RelayParent:
 
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
-        self.child: ChildProcess | None = None
+        self.child: Child | None = None
         self.work: Path | None = None
         self.started = 0  # relays started
         self.relayed: list[str] = []
         self.broken_by: list[str] = []  # why each relay ended early (a sticky error in it)
         self.errors: list[str] = []
 
-    def start(self, item: pytest.Item) -> ChildProcess:
+    def start(self, item: pytest.Item) -> Child:
         """A fresh relay over the files of this and every later GPU test of the session."""
         items = item.session.items
         later = items[items.index(item) :] if item in items else [item]
@@ -74,14 +66,11 @@ class RelayParent:
         if self.work is None:
             self.work = Path(tempfile.mkdtemp(prefix="jetmem-relay-"))
         self.started += 1
-        env = dict(os.environ)
-        gate = gate_session(self.config)
-        if gate is not None:
-            env[SESSION_ENV] = gate.session_id
-        log = self.work / f"relay{self.started}.log"
         root = Path(self.config.rootpath)
-        argv = session_argv(self.config, root, self.work / f"basetemp{self.started}", files, PARENT_ONLY)
-        child = spawn_driven("fresh session", argv, Path(self.config.invocation_params.dir), env, FDS_ENV, log)
+        argv = child_argv(self.config, root, self.work / f"basetemp{self.started}", files)
+        cwd = Path(self.config.invocation_params.dir)
+        env = child_env(self.config)
+        child = Child.start("fresh session", argv, cwd=cwd, env=env, workdir=self.work, stem=f"relay{self.started}")
         child.collected = set(child.answer().get("collected", []))
         return child
 
@@ -94,22 +83,17 @@ class RelayParent:
             if item.nodeid not in self.child.collected:
                 return [self._failed(item, f"the fresh session did not collect it (its output: {self.child.log})")]
             follow = nextitem.nodeid if nextitem is not None and needs_gpu(nextitem) else None
-            answer = self.child.ask({"cmd": "run", "nodeid": item.nodeid, "next": follow})
+            sent, answer = self.child.run({"cmd": "run", "nodeid": item.nodeid, "next": follow})
         except (RuntimeError, OSError, ValueError) as exc:
             self._drop()
             return [self._failed(item, str(exc))]
-        reports = [self._report(data) for data in answer.get("reports", [])]
+        reports = [from_wire(self.config, data) for data in sent]
+        for report in reports:
+            adopt_entries(self.config, report)  # saved here, with this session's entries
         if answer.get("broken"):
             self.broken_by.append(str(answer["broken"]))
             self._drop()  # the next GPU test gets a fresh relay
         return reports or [self._failed(item, "the fresh session sent no report for it")]
-
-    def _report(self, data: dict[str, Any]) -> pytest.TestReport:
-        report = self.config.hook.pytest_report_from_serializable(config=self.config, data=data)
-        report.user_properties = [tuple(p) for p in report.user_properties]  # JSON made the tuples lists
-        if isinstance(report.longrepr, list):  # a skip's (path, line, reason)
-            report.longrepr = tuple(report.longrepr)
-        return report
 
     def _failed(self, item: pytest.Item, why: str) -> pytest.TestReport:
         """A failed call report for ``item`` that says why the relay could not run it."""
@@ -132,7 +116,7 @@ class RelayParent:
                     self.errors.append(str(err))
 
     def finish(self) -> None:
-        """End the relay; its session errors (a baseline it could not save) become this session's."""
+        """End the relay; its session errors become this session's."""
         self._drop()
         gate = gate_session(self.config)
         if gate is not None:
@@ -170,44 +154,3 @@ class RelayParent:
         )
         for why in self.broken_by:
             tr.write_line(f"jetmem: a fresh session was replaced: {why}", yellow=True)
-
-
-# -- the relay ----------------------------------------------------------------------------------------------------
-
-
-class RelayChild:
-    """Runs the tests the parent names, one a command, and answers with their serialised reports."""
-
-    def __init__(self, config: pytest.Config, channel: DrivenChannel) -> None:
-        self.config = config
-        self.channel = channel
-        self.reports: list[pytest.TestReport] = []
-
-    @classmethod
-    def from_environment(cls, config: pytest.Config) -> RelayChild:
-        return cls(config, DrivenChannel.from_environment(FDS_ENV))
-
-    @pytest.hookimpl(tryfirst=True)
-    def pytest_runtestloop(self, session: pytest.Session) -> bool:
-        config = self.config
-        items = {item.nodeid: item for item in session.items}
-        self.channel.reply({"collected": list(items)})
-        for command in self.channel:
-            if command.get("cmd") != "run":
-                break
-            item = items[command["nodeid"]]
-            self.reports = []
-            config.hook.pytest_runtest_protocol(item=item, nextitem=items.get(command.get("next") or ""))
-            data = [config.hook.pytest_report_to_serializable(config=config, report=r) for r in self.reports]
-            self.channel.reply({"reports": data, "broken": device_session(config).broken})
-        return True
-
-    @pytest.hookimpl(trylast=True)
-    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        self.reports.append(report)
-
-    @pytest.hookimpl(trylast=True)  # after the runtime half saved its entries: its errors are final
-    def pytest_sessionfinish(self) -> None:
-        gate = gate_session(self.config)
-        self.channel.reply({"errors": list(gate.errors) if gate is not None else []})
-        self.channel.results.close()

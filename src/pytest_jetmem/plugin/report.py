@@ -1,7 +1,7 @@
 """pytest glue for the HTML report: ``--jetmem-report=PATH`` (ini ``jetmem_report``).
 
 Loaded with the main plugin (``pytest_plugins`` in :mod:`pytest_jetmem.plugin`). The rows come from the test
-reports (``report.jetmem_rows``, set by :mod:`pytest_jetmem.plugin.runtime`), so under pytest-xdist they reach
+reports (measurement records, published by :mod:`pytest_jetmem.plugin.judging`), so under pytest-xdist they reach
 the controller with the reports; only the controller writes (workers register nothing). The page and its
 JSON twin are written at the end of the session, after ``--jetmem-save`` has written its baseline, with the
 trends read from the baseline directory (:func:`pytest_jetmem.report.rows.load_trends`). The page itself is built
@@ -12,32 +12,23 @@ a GPU.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_jetmem.plugin.options import check_output_path, option_group
+from pytest_jetmem.plugin import options
+from pytest_jetmem.plugin.judging import report_records
+from pytest_jetmem.plugin.options import check_output_path
 from pytest_jetmem.plugin.sessions import gate_session
-from pytest_jetmem.report import json_path_for, load_trends, write_report
+
+if TYPE_CHECKING:  # imported where used: only a run with --jetmem-report loads the report layer
+    from pytest_jetmem.measure.record import MeasurementRecord
 
 _REPORT = pytest.StashKey["ReportWriter"]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    group = option_group(parser)
-    group.addoption(
-        "--jetmem-report",
-        dest="jetmem_report",
-        default=None,
-        metavar="PATH",
-        help="write a self-contained HTML report of the timings (table and charts) to PATH, and the rows as "
-        "JSON next to it (PATH with the suffix .json)",
-    )
-    parser.addini(
-        "jetmem_report",
-        "write the HTML timing report to this path (relative to the rootdir), like --jetmem-report",
-        default="",
-    )
+    options.add(parser, "report")
 
 
 def report_path(config: pytest.Config) -> Path | None:
@@ -55,6 +46,8 @@ def pytest_configure(config: pytest.Config) -> None:
     path = report_path(config)
     if path is None or hasattr(config, "workerinput"):
         return  # xdist workers: their rows travel to the controller on the reports
+    from pytest_jetmem.report import json_path_for
+
     check_output_path(
         path, "--jetmem-report" if config.getoption("jetmem_report", None) else "ini option jetmem_report"
     )
@@ -69,17 +62,17 @@ class ReportWriter:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.rows: list[dict[str, Any]] = []
+        self.rows: list[MeasurementRecord] = []
         self.written: tuple[Path, Path] | None = None
         self.error: str | None = None
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        rows = getattr(report, "jetmem_rows", None)
-        if rows and report.when == "call":
-            self.rows.extend(dict(r) for r in rows)
+        self.rows.extend(report_records(report))
 
     @pytest.hookimpl(trylast=True)  # after the runtime plugin saved its baseline: the trend includes it
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        from pytest_jetmem.report import load_trends, write_report
+
         config = session.config
         machine, store, session_id = None, None, None
         gate = gate_session(config)

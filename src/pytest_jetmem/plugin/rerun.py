@@ -9,19 +9,24 @@ The item's other fixtures are reused, so none of them may depend on ``jetmem``.
 from __future__ import annotations
 
 import warnings
+from typing import TYPE_CHECKING
 
-import numpy as np
 import pytest
 
-from pytest_jetmem.cuda.modes import get_mode
-from pytest_jetmem.handle import Jetmem
-from pytest_jetmem.measure.stats import ratio_ci
-from pytest_jetmem.measure.timing import Measurement, gpu_lock, run_samples
-from pytest_jetmem.plugin.runtime_spec import RuntimeSpec
+if TYPE_CHECKING:  # imported where used: loading the plugin imports neither the handle nor numpy
+    from pytest_jetmem.handle import Jetmem
+    from pytest_jetmem.measure.timing import Measurement
+    from pytest_jetmem.plugin.runtime_spec import RuntimeSpec
 
 
 def side_by_side(item: pytest.Function, handle: Jetmem, spec: RuntimeSpec) -> dict[int, tuple]:
     """Run the body again in the reference mode, then sample both modes interleaved; ratios by call index."""
+    import numpy as np
+
+    from pytest_jetmem.cuda.modes import get_mode
+    from pytest_jetmem.measure.stats import ratio_ci
+    from pytest_jetmem.measure.timing import gpu_lock, run_samples
+
     ref_mode = spec.relative_to
     assert ref_mode is not None
     if handle.mode == ref_mode:
@@ -60,6 +65,8 @@ def side_by_side(item: pytest.Function, handle: Jetmem, spec: RuntimeSpec) -> di
 
 def _rerun_body(item: pytest.Function, handle: Jetmem, mode: str, what: str) -> Jetmem:
     """Run the test body again with a fresh handle in ``mode`` (the caller closes it)."""
+    from pytest_jetmem.handle import Jetmem
+
     _check_rerunnable(item, what)
     other = Jetmem(handle.session, mode, f"{item.nodeid} ({what})", handle.stopping_rule)
     other.duet = handle.duet

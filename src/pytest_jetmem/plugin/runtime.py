@@ -9,28 +9,23 @@ on a noisy machine, under ``-k`` selecting one mode, and when xdist puts the mod
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_jetmem.errors import BaselineError, BaselineNotFound
-from pytest_jetmem.handle import Jetmem
-from pytest_jetmem.machine.jetson import for_device, read_jetson_state, sysroot, timing_warnings
-from pytest_jetmem.measure.baseline import WINDOW_SESSIONS, BaselineStore, Entry, entry_key
-from pytest_jetmem.measure.benchjson import benchmark_json, write_benchmark_json
-from pytest_jetmem.measure.compare import compare_sessions
-from pytest_jetmem.measure.stats import StoppingRule
-from pytest_jetmem.measure.timing import Measurement
+from pytest_jetmem.errors import BaselineError, BaselineErrorKind, BaselineNotFound
 from pytest_jetmem.plugin import markers, options
 from pytest_jetmem.plugin.judging import (
     apply_comparison,
     at_other_clocks,
+    attach_records,
     clock_mhz,
     over_pcie,
-    publish_row,
-    published_rows,
+    publish_record,
+    published_records,
+    report_records,
 )
 from pytest_jetmem.plugin.rerun import more_runs, side_by_side
 from pytest_jetmem.plugin.runtime_spec import RuntimeSpec, item_spec, parse_runtime_marker
@@ -41,115 +36,21 @@ from pytest_jetmem.plugin.sessions import (
     set_gate_session,
 )
 
+if TYPE_CHECKING:  # imported where used: a run without jetmem tests imports no handle, measure or numpy
+    from pytest_jetmem.handle import Jetmem
+    from pytest_jetmem.measure.baseline import Baseline
+    from pytest_jetmem.measure.record import MeasurementRecord, NotCompared
+
 MARKER = markers.RUNTIME
-PROPERTY = "jetmem"
 AMBIGUOUS_POLICIES = ("pass", "warn", "fail")
-#: The verdict of a measurement in its ``max_ratio``'s reference mode that nothing else judged.
-REFERENCE_VERDICT = "reference, not judged"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    group = options.option_group(parser)
-    group.addoption(
-        "--jetmem-save",
-        nargs="?",
-        const="default",
-        default=None,
-        metavar="NAME",
-        help="save this run's timings as baseline NAME (default name: default)",
+    options.add(
+        parser,
+        *("save", "compare", "fail", "baseline_dir", "strict_machine", "overwrite", "ambiguous"),
+        *("window", "runs", "benchmark_json", "max_time", "noise"),
     )
-    group.addoption(
-        "--jetmem-compare",
-        nargs="?",
-        const="default",
-        default=None,
-        metavar="NAME",
-        help="compare timings against baseline NAME and fail memmode_runtime tests that regressed",
-    )
-    group.addoption(
-        "--jetmem-fail",
-        type=float,
-        default=None,
-        metavar="PCT",
-        help="regression threshold in percent of the baseline median (default 5)",
-    )
-    group.addoption(
-        "--jetmem-baseline-dir",
-        default=None,
-        metavar="DIR",
-        help="where baselines live (default .jetmem/baselines under the rootdir)",
-    )
-    group.addoption(
-        "--jetmem-strict-machine",
-        action="store_true",
-        default=None,
-        help="fail instead of warn when the baseline comes from another machine fingerprint",
-    )
-    group.addoption(
-        "--jetmem-overwrite",
-        action="store_true",
-        default=False,
-        help="let --jetmem-save replace a baseline of earlier sessions (kept as NAME.json.prev) instead of "
-        "appending this session to it",
-    )
-    group.addoption(
-        "--jetmem-append",
-        action="store_true",
-        default=False,
-        help="add this session's runs to an existing baseline of the same machine (what --jetmem-save does "
-        "by default; kept for scripts that pass it)",
-    )
-    group.addoption(
-        "--jetmem-ambiguous",
-        default=None,
-        choices=AMBIGUOUS_POLICIES,
-        help="what an ambiguous comparison does (a change past the threshold that is not clear of the noise, "
-        "or a baseline with too few sessions to know its noise): pass, warn (default) or fail",
-    )
-    group.addoption(
-        "--jetmem-window",
-        type=int,
-        default=None,
-        metavar="N",
-        help=f"sessions a baseline keeps when --jetmem-save appends (default {WINDOW_SESSIONS}, the newest)",
-    )
-    group.addoption(
-        "--jetmem-runs",
-        type=int,
-        default=None,
-        metavar="N",
-        help="run each measured test body N times with fresh allocations (default 1); the spread between "
-        "runs enters the regression test",
-    )
-    group.addoption(
-        "--jetmem-benchmark-json",
-        default=None,
-        metavar="PATH",
-        help="also write the timings in pytest-benchmark's JSON format",
-    )
-    group.addoption(
-        "--jetmem-max-time",
-        type=float,
-        default=None,
-        metavar="S",
-        help="time cap per measurement in seconds (default 1.0)",
-    )
-    group.addoption(
-        "--jetmem-noise",
-        type=float,
-        default=None,
-        metavar="FRACTION",
-        help="stop sampling when the median's relative standard error is below this (default 0.01)",
-    )
-    parser.addini("jetmem_baseline_dir", "baseline directory", default="")
-    parser.addini("jetmem_fail", "regression threshold in percent", default="5")
-    parser.addini("jetmem_compare", "baseline to compare against by default", default="")
-    parser.addini("jetmem_strict_machine", "fail on a baseline from another machine", type="bool", default=False)
-    parser.addini("jetmem_runs", "runs (fresh allocations) per measured test", default="1")
-    parser.addini("jetmem_max_time", "time cap per measurement in seconds", default="1.0")
-    parser.addini("jetmem_noise", "target relative noise of the median", default="0.01")
-    parser.addini("jetmem_ambiguous", "what an ambiguous comparison does: pass, warn or fail", default="warn")
-    parser.addini("jetmem_window", "sessions a baseline keeps when sessions are appended", default=str(WINDOW_SESSIONS))
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -163,18 +64,13 @@ def pytest_configure(config: pytest.Config) -> None:
     max_time = options.get_float(config, "max_time", minimum=1e-3, what="seconds > 0")
     noise = options.get_float(config, "noise", minimum=1e-6, what="a fraction > 0")
     overwrite = bool(config.getoption("jetmem_overwrite"))
-    if overwrite and config.getoption("jetmem_append"):
-        raise pytest.UsageError(
-            "--jetmem-append and --jetmem-overwrite contradict each other: --jetmem-save appends this session to "
-            "an existing baseline by default; pass --jetmem-overwrite alone to replace it"
-        )
     device = device_session(config)
-    device.stopping_rule = StoppingRule(target_rel_noise=noise, max_time_s=max_time)
+    device.set_stopping_rule(target_rel_noise=noise, max_time_s=max_time)
     bdir = options.get_str(config, "baseline_dir") or ".jetmem/baselines"
     gate = GateSession(
         device=device,
         session_id=GateSession.new_session_id(config),
-        store=BaselineStore(Path(config.rootpath, bdir)),
+        baseline_dir=Path(config.rootpath, bdir),
         save=options.baseline_name(config, "save", ini=False),
         compare_name=options.baseline_name(config, "compare"),
         fail_pct=fail_pct,
@@ -192,15 +88,16 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 class _RowCollector:
-    """Gathers the measurement rows from reports (on the xdist controller too) for the summary."""
+    """Gathers the measurement records from reports (on the xdist controller too) for the summary."""
 
     def __init__(self, state: GateSession) -> None:
         self.state = state
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        rows = getattr(report, "jetmem_rows", None)
-        if rows and report.when == "call":
-            self.state.rows.extend(rows)
+        records = report_records(report)
+        if records:
+            self.state.jetson_state_before()  # on an xdist controller: the first it hears of a measurement
+            self.state.rows.extend(records)
 
 
 class _XdistHooks:
@@ -234,13 +131,12 @@ def _gate(config: pytest.Config) -> GateSession:
 
 def pytest_sessionstart(session: pytest.Session) -> None:
     state = _gate(session.config)
-    state.jetson_before = read_jetson_state(sysroot())
     if state.compare_name is not None:
         try:  # a corrupt or foreign baseline stops the session before any test runs; the file is untouched
             state.store.load(state.compare_name)
         except BaselineNotFound as exc:  # said at the end even where nothing ran (no GPU), and on the controller
             state.baseline_checked = True
-            state.baseline_skip_reason = _no_baseline(state.compare_name, exc.path)
+            state.baseline_skip = _no_baseline(state.compare_name, exc.path)
         except BaselineError as exc:
             raise pytest.UsageError(f"--jetmem-compare: {exc}") from None
 
@@ -263,8 +159,14 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 # -- judging -------------------------------------------------------------------------------------------
 @pytest.hookimpl(wrapper=True)
 def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> Iterator[Any]:
+    if "jetmem" in pyfuncitem.funcargs:  # the Jetson's state before the session's first measurement
+        _gate(pyfuncitem.config).jetson_state_before()
     result = yield
     handle = pyfuncitem.funcargs.get("jetmem")
+    if handle is None:
+        return result
+    from pytest_jetmem.handle import Jetmem
+
     if isinstance(handle, Jetmem) and handle.measurements:
         spec = item_spec(pyfuncitem)
         runs = (spec.runs if spec and spec.runs else None) or _gate(pyfuncitem.config).runs
@@ -281,12 +183,14 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> Iterator[Any]:
     return result
 
 
-def _no_baseline(name: str, path: object) -> str:
+def _no_baseline(name: str, path: object) -> NotCompared:
     """What the run says of a ``--jetmem-compare`` baseline that does not exist."""
-    return f"no baseline {name!r} ({path}): nothing compared"
+    from pytest_jetmem.measure.record import NotCompared, NotComparedWhy
+
+    return NotCompared(NotComparedWhy.NO_BASELINE, f"no baseline {name!r} ({path}): nothing compared")
 
 
-def _baseline(config: pytest.Config) -> tuple[Any, str | None]:
+def _baseline(config: pytest.Config) -> tuple[Baseline | None, NotCompared | None]:
     """The baseline to compare with, or (None, why not). Loaded and checked once per session."""
     state = _gate(config)
     if state.compare_name is None:
@@ -296,25 +200,32 @@ def _baseline(config: pytest.Config) -> tuple[Any, str | None]:
         try:
             base = state.store.load(state.compare_name)
         except BaselineNotFound as exc:
-            state.baseline_skip_reason = _no_baseline(state.compare_name, exc.path)
-            return None, state.baseline_skip_reason
+            state.baseline_skip = _no_baseline(state.compare_name, exc.path)
+            return None, state.baseline_skip
         except BaselineError as exc:
             raise pytest.UsageError(f"--jetmem-compare: {exc}") from None
         machine = state.machine()
         diffs = machine.mismatches(base.machine) if machine else ["this machine: no GPU"]
         if diffs:
-            state.baseline_skip_reason = (
+            from pytest_jetmem.measure.record import NotCompared, NotComparedWhy
+
+            state.baseline_skip = NotCompared(
+                NotComparedWhy.OTHER_MACHINE,
                 f"baseline {state.compare_name!r} comes from another machine ({'; '.join(diffs)}): "
-                + ("failing its comparisons (--jetmem-strict-machine)" if state.strict_machine else "not compared")
+                + ("failing its comparisons (--jetmem-strict-machine)" if state.strict_machine else "not compared"),
             )
-            warnings.warn(f"jetmem: {state.baseline_skip_reason}", stacklevel=1)
+            warnings.warn(f"jetmem: {state.baseline_skip.text}", stacklevel=1)
         state.baseline = base
-    if state.baseline_skip_reason:
-        return None, state.baseline_skip_reason
+    if state.baseline_skip is not None:
+        return None, state.baseline_skip
     return state.baseline, None
 
 
 def _judge(item: pytest.Function, handle: Jetmem, spec: RuntimeSpec | None) -> list[str]:
+    from pytest_jetmem.measure.baseline import Entry, entry_key
+    from pytest_jetmem.measure.compare import compare_sessions
+    from pytest_jetmem.measure.record import NotCompared, NotComparedWhy, RecordBuilder, RecordVerdict, SideBySide
+
     state = _gate(item.config)
     failures: list[str] = []
     marked = spec is not None
@@ -325,24 +236,25 @@ def _judge(item: pytest.Function, handle: Jetmem, spec: RuntimeSpec | None) -> l
     reference = spec.max_ratio is not None and handle.mode == spec.relative_to
     base, base_note = _baseline(item.config)
     for i, m in enumerate(handle.measurements):
-        row = _row(item, m)
+        record = RecordBuilder.measured(item.nodeid, m)
         is_judged = marked and m in judged
         compared = False
         if is_judged and spec.max_ms is not None and m.median > spec.max_ms:
             failures.append(f"{m.describe()}: median above max_ms={spec.max_ms:g}")
-            row["verdict"] = "FAIL max_ms"
-        if i in ratios:
+            record.verdict = RecordVerdict.FAIL_MAX_MS
+        if i in ratios and spec.relative_to is not None:
             ratio, lo, hi, own_median, ref_median, n = ratios[i]
-            row.update(ratio=ratio, ratio_ci=[lo, hi], relative_to=spec.relative_to, reference_median=ref_median)
+            record.ratio = SideBySide(float(ratio), (float(lo), float(hi)), spec.relative_to, float(ref_median))
             if is_judged and spec.max_ratio is not None and ratio > spec.max_ratio:
                 failures.append(
                     f"{m.mode} {m.key}: {m.mode}/{spec.relative_to} = {ratio:.3f} (99% CI {lo:.3f}..{hi:.3f}; "
                     f"medians {own_median:.4g} vs {ref_median:.4g} ms, {n} interleaved samples each) "
                     f"> max_ratio={spec.max_ratio:g}"
                 )
-                row["verdict"] = "FAIL ratio"
+                record.verdict = RecordVerdict.FAIL_RATIO
         key = entry_key(item.nodeid, m.mode, m.key)
         runs = tuple(map(tuple, m.runs))
+        sm_mhz = clock_mhz(record.conditions.clocks)
         state.entries[key] = Entry(
             item.nodeid,
             m.mode,
@@ -351,70 +263,46 @@ def _judge(item: pytest.Function, handle: Jetmem, spec: RuntimeSpec | None) -> l
             m.first_call_ms,
             runs=runs,
             run_sessions=(state.session_id,) * len(runs) if runs else (),
-            sm_mhz=clock_mhz(m.clocks),
+            sm_mhz=sm_mhz,
         )
         if state.compare_name is not None:
             if base is None:
-                row["baseline"] = base_note
+                record.baseline = base_note
                 if (
                     state.strict_machine
-                    and base_note
-                    and "another machine" in base_note
+                    and base_note is not None
+                    and base_note.why is NotComparedWhy.OTHER_MACHINE
                     and is_judged
                     and spec.baseline
                 ):
-                    failures.append(f"jetmem: {base_note}")
+                    failures.append(f"jetmem: {base_note.text}")
             else:
                 entry = base.entry(key)
                 if entry is None:
-                    row["baseline"] = "new (not in baseline)"
+                    record.baseline = NotCompared(NotComparedWhy.NEW, "new (not in baseline)")
                 else:
                     cmp = compare_sessions(entry.sessions(), m.runs or [m.samples], state.fail_pct)
-                    cmp = at_other_clocks(cmp, entry.sm_mhz, clock_mhz(m.clocks))
+                    cmp = at_other_clocks(cmp, entry.sm_mhz, sm_mhz)
                     cmp = over_pcie(cmp, m.mode, handle.device.integrated)
                     compared = is_judged and spec.baseline
-                    failure = apply_comparison(item, state, row, cmp, judged=compared)
+                    failure = apply_comparison(item, state, record, cmp, judged=compared)
                     if failure:
                         failures.append(failure)
-        if is_judged and reference and spec.max_ms is None and not compared:
-            row.setdefault("verdict", REFERENCE_VERDICT)  # said in the table and JUnit, not passed off as "ok"
-        row.setdefault("verdict", ("ok" if is_judged else "reported"))
-        publish_row(item, row)
+        if is_judged and reference and spec.max_ms is None and not compared and record.verdict is None:
+            record.verdict = RecordVerdict.REFERENCE  # said in the table and JUnit, not passed off as "ok"
+        publish_record(item, record.build(RecordVerdict.OK if is_judged else RecordVerdict.REPORTED))
     return failures
 
 
-def _row(item: pytest.Item, m: Measurement) -> dict[str, Any]:
-    s = m.summary
-    return {
-        "nodeid": item.nodeid,
-        "mode": m.mode,
-        "key": m.key,
-        "label": m.label,
-        "scope": m.scope,
-        "median": s.median,
-        "mad": s.mad,
-        "p5": s.p5,
-        "p95": s.p95,
-        "min": s.min,
-        "n": s.n,
-        "first_call_ms": m.first_call_ms,
-        "first_call_wall_ms": m.first_call_wall_ms,
-        "stop_reason": m.stop_reason,
-        "runs": len(m.runs) or 1,
-        "samples": list(m.samples),
-        **({"run_rounds": m.run_rounds} if m.run_rounds else {}),
-        **({"clocks": m.clocks} if m.clocks else {}),
-        **({"throttled": m.throttled} if m.throttled else {}),
-    }
-
-
 @pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Iterator[Any]:
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     report = yield
     if call.when == "call":
-        rows = published_rows(item)
-        if rows:
-            report.jetmem_rows = rows  # type: ignore[attr-defined]
+        records = published_records(item)
+        if records:
+            attach_records(report, records)
     return report
 
 
@@ -435,7 +323,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
                     window=state.window,
                 )
             except BaselineError as exc:
-                hint = " (pass --jetmem-overwrite to replace it)" if "cannot add to it" in str(exc) else ""
+                hint = " (pass --jetmem-overwrite to replace it)" if exc.kind is BaselineErrorKind.CANNOT_ADD else ""
                 state.errors.append(f"--jetmem-save: {exc}{hint}")
                 session.exitstatus = pytest.ExitCode.TESTS_FAILED
     workeroutput = getattr(config, "workeroutput", None)
@@ -457,6 +345,8 @@ def _benchmark_json_path(config: pytest.Config) -> str | None:
 
 def _write_benchmark_json(session: pytest.Session, state: GateSession, path: str) -> None:
     """Write the benchmark JSON; a failure is an error of the run that says what was lost, never a traceback."""
+    from pytest_jetmem.measure.benchjson import benchmark_json, write_benchmark_json
+
     machine = state.machine()
     try:
         write_benchmark_json(path, benchmark_json(state.rows, machine.to_dict() if machine else {}))
@@ -477,13 +367,15 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
             tr.write_line(line)
         if state.save and not state.errors:
             tr.write_line(f"jetmem: saved baseline {state.save!r} in {state.store.directory}")
+        from pytest_jetmem.machine.jetson import for_device, read_jetson_state, sysroot, timing_warnings
+
         after = read_jetson_state(sysroot())
         integrated = state.device.probed_info.integrated if state.device.probed_info is not None else None
         if state.jetson_before is not None and for_device(state.jetson_before, integrated).is_jetson:
             for w in timing_warnings(state.jetson_before, after):
                 tr.write_line(f"jetmem: warning: {w}", yellow=True)
-    if state.baseline_skip_reason:  # also where nothing was measured (no GPU): a missing baseline is never silent
-        tr.write_line(f"jetmem: {state.baseline_skip_reason}", yellow=True)
+    if state.baseline_skip is not None:  # also where nothing was measured (no GPU): a missing baseline is never silent
+        tr.write_line(f"jetmem: {state.baseline_skip.text}", yellow=True)
     _nothing_saved_note(tr, state)
     for err in state.errors:
         tr.write_line(f"jetmem: error: {err}", red=True)
@@ -496,34 +388,41 @@ def _nothing_saved_note(tr: Any, state: GateSession) -> None:
         tr.write_line(
             f"jetmem: --jetmem-save={state.save}: nothing was measured, so no baseline was saved", yellow=True
         )
-    if state.compare_name and not state.rows and not state.baseline_skip_reason:
+    if state.compare_name and not state.rows and state.baseline_skip is None:
         tr.write_line(
             f"jetmem: --jetmem-compare={state.compare_name}: nothing was measured, so nothing was compared with it",
             yellow=True,
         )
 
 
-def format_table(rows: list[dict[str, Any]]) -> list[str]:
+def format_table(rows: Sequence[MeasurementRecord]) -> list[str]:
     """One row per test, mode and measurement: median, spread, ratio, first call, baseline delta, verdict."""
+    from pytest_jetmem.measure.record import BaselineComparison
+
     header = ("test", "mode", "what", "median ms", "MAD ms", "n", "ratio", "first call ms", "vs baseline", "verdict")
     body = []
     for r in rows:
-        ratio = f"{r['ratio']:.2f}x {r['relative_to']}" if r.get("ratio") is not None else ""
-        change = r.get("baseline_change_pct")
-        base = f"{change:+.1f}% {r.get('baseline', '')}" if change is not None else str(r.get("baseline", "") or "")
-        first = f"{r['first_call_ms']:.4g}" if r.get("first_call_ms") is not None else ""
+        stats, judgement = r.statistics, r.judgement
+        side = judgement.ratio
+        ratio = f"{side.ratio:.2f}x {side.relative_to}" if side is not None else ""
+        cmp = judgement.baseline
+        if isinstance(cmp, BaselineComparison):
+            base = f"{cmp.change_pct:+.1f}% {cmp.verdict.value}"
+        else:
+            base = cmp.text if cmp is not None else ""
+        first = f"{stats.first_call_ms:.4g}" if stats.first_call_ms is not None else ""
         body.append(
             (
-                r["nodeid"].rsplit("::", 1)[-1],
-                r["mode"],
-                r["key"],
-                f"{r['median']:.4g}",
-                f"{r['mad']:.2g}",
-                str(r["n"]),
+                r.nodeid.rsplit("::", 1)[-1],
+                r.mode,
+                r.key,
+                f"{stats.median:.4g}",
+                f"{stats.mad:.2g}",
+                str(stats.n),
                 ratio,
                 first,
                 base[:40],
-                r.get("verdict", ""),
+                judgement.verdict.value,
             )
         )
     widths = [max(len(h), *(len(b[i]) for b in body)) for i, h in enumerate(header)]

@@ -7,8 +7,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from pytest_jetmem.cuda.modes import MODES
-from pytest_jetmem.measure.timing import SCOPES
 from pytest_jetmem.plugin import markers
 
 if TYPE_CHECKING:
@@ -49,6 +47,9 @@ def _positive_number(test: str, name: str, value: Any) -> float:
 
 def parse_runtime_marker(args: tuple[Any, ...], kwargs: dict[str, Any], test: str) -> RuntimeSpec:
     """Validate the marker's arguments; errors name the test, the argument and what was expected."""
+    from pytest_jetmem.cuda.modes import names  # here: a run without the marker loads no CUDA layer
+    from pytest_jetmem.measure.timing import SCOPES
+
     if args:
         raise ValueError(f"{test}: @pytest.mark.{MARKER} takes keyword arguments only ({', '.join(ARGUMENTS)})")
     unknown = sorted(set(kwargs) - set(ARGUMENTS))
@@ -70,10 +71,10 @@ def parse_runtime_marker(args: tuple[Any, ...], kwargs: dict[str, Any], test: st
         if relative_to is None:
             raise ValueError(f"{test}: @pytest.mark.{MARKER}(max_ratio=...) needs relative_to='<mode>'")
     if relative_to is not None:
-        if relative_to not in MODES:
+        if relative_to not in names():
             raise ValueError(
                 f"{test}: @pytest.mark.{MARKER}(relative_to={relative_to!r}): unknown memory mode; "
-                f"expected one of {', '.join(MODES)}"
+                f"expected one of {', '.join(names())}"
             )
         if max_ratio is None:
             raise ValueError(f"{test}: @pytest.mark.{MARKER}(relative_to=...) needs max_ratio=<number>")
@@ -142,8 +143,10 @@ def self_ratio(spec: RuntimeSpec, modes: Sequence[str], test: str) -> str | None
     """
     if spec.relative_to is None or any(mode != spec.relative_to for mode in modes):
         return None
+    from pytest_jetmem.cuda.modes import names
+
     ref = spec.relative_to
-    others = ", ".join(m for m in MODES if m != ref)
+    others = ", ".join(m for m in names() if m != ref)
     return (
         f"{test}: @pytest.mark.{MARKER}(max_ratio={spec.max_ratio:g}, relative_to={ref!r}): the test runs only in "
         f"{ref!r} (@pytest.mark.memmode), so the ratio would compare {ref} with itself and check nothing; "

@@ -10,20 +10,22 @@ from __future__ import annotations
 import uuid
 import warnings
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
-from pytest_jetmem.cuda.compiler import KernelCache
-from pytest_jetmem.cuda.device import Availability, DeviceInfo, open_device
-from pytest_jetmem.cuda.modes import parse_mode_list
-from pytest_jetmem.cuda.session import CudaSession
 from pytest_jetmem.errors import CudaError
-from pytest_jetmem.machine.fingerprint import Machine, machine_of
-from pytest_jetmem.machine.jetson import JetsonState
-from pytest_jetmem.measure.baseline import Baseline, BaselineStore, Entry
-from pytest_jetmem.measure.stats import StoppingRule
 from pytest_jetmem.plugin import options
+
+if TYPE_CHECKING:  # imported where used: a run without jetmem tests loads neither the CUDA layer nor numpy
+    from pytest_jetmem.cuda.device import Availability, DeviceInfo
+    from pytest_jetmem.cuda.session import CudaSession
+    from pytest_jetmem.machine.fingerprint import Machine
+    from pytest_jetmem.machine.jetson import JetsonState
+    from pytest_jetmem.measure.baseline import Baseline, BaselineStore, Entry
+    from pytest_jetmem.measure.record import MeasurementRecord, NotCompared
+    from pytest_jetmem.measure.stats import StoppingRule
 
 _DEVICE = pytest.StashKey["DeviceSession"]()
 _GATE = pytest.StashKey["GateSession"]()
@@ -35,7 +37,8 @@ class DeviceSession:
     def __init__(self, config: pytest.Config, modes: tuple[str, ...] | None) -> None:
         self.config = config
         self.selected_modes = modes  # None: every mode
-        self.stopping_rule = StoppingRule()  # the runtime half sets it from its options
+        self._stopping: tuple[float, float] | None = None  # (noise, time cap): the runtime half's options
+        self._stopping_rule: StoppingRule | None = None
         self._availability: Availability | None = None
         self.cuda: CudaSession | None = None
         #: whether GPU tests may go on in a fresh child session after a sticky CUDA error (plugin.relay); a
@@ -49,15 +52,39 @@ class DeviceSession:
         text, source = options.raw(config, "modes")
         modes = None
         if text is not None and (source.startswith("--") or str(text).strip()):
+            from pytest_jetmem.cuda.modes import parse_mode_list
+
             try:
                 modes = parse_mode_list(str(text), source)
             except ValueError as exc:
                 raise pytest.UsageError(str(exc)) from None
         return cls(config, modes)
 
+    def set_stopping_rule(self, *, target_rel_noise: float, max_time_s: float) -> None:
+        """The stopping rule's settings (the runtime half's options); the rule is made when first used."""
+        self._stopping = (target_rel_noise, max_time_s)
+        self._stopping_rule = None
+
+    @property
+    def stopping_rule(self) -> StoppingRule:
+        """When a measurement stops sampling (made on first use, so loading the plugin imports no numpy)."""
+        if self._stopping_rule is None:
+            from pytest_jetmem.measure.stats import StoppingRule
+
+            if self._stopping is None:
+                self._stopping_rule = StoppingRule()
+            else:
+                noise, max_time_s = self._stopping
+                self._stopping_rule = StoppingRule(target_rel_noise=noise, max_time_s=max_time_s)
+        return self._stopping_rule
+
     def availability(self) -> Availability:
         """Open the device on first use; where that fails, ``reason`` says why (GPU tests skip with it)."""
         if self._availability is None:
+            from pytest_jetmem.cuda.compiler import KernelCache
+            from pytest_jetmem.cuda.device import open_device
+            from pytest_jetmem.cuda.session import CudaSession
+
             self._availability = open_device()
             if self._availability.ok:
                 assert self._availability.device is not None
@@ -102,11 +129,11 @@ def device_session(config: pytest.Config) -> DeviceSession:
 
 @dataclass
 class GateSession:
-    """The ``memmode_runtime`` half's session: options, baselines, the measurement rows, the machine."""
+    """The ``memmode_runtime`` half's session: options, baselines, the measurement records, the machine."""
 
     device: DeviceSession
     session_id: str
-    store: BaselineStore
+    baseline_dir: Path
     save: str | None
     compare_name: str | None
     fail_pct: float
@@ -119,11 +146,23 @@ class GateSession:
     jetson_before: JetsonState | None = None
     baseline: Baseline | None = None
     baseline_checked: bool = False
-    baseline_skip_reason: str | None = None
+    #: why this session's comparisons with the baseline are not made (None: they are, or none is asked for)
+    baseline_skip: NotCompared | None = None
     entries: dict[str, Entry] = field(default_factory=dict)
-    rows: list[dict[str, Any]] = field(default_factory=list)
+    rows: list[MeasurementRecord] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     _machine: Machine | None = None
+    _store: BaselineStore | None = None
+
+    @property
+    def store(self) -> BaselineStore:
+        """The baselines in :attr:`baseline_dir` (made on first use: only a run that saves, compares or reports
+        imports the measurement layer)."""
+        if self._store is None:
+            from pytest_jetmem.measure.baseline import BaselineStore
+
+            self._store = BaselineStore(self.baseline_dir)
+        return self._store
 
     @staticmethod
     def new_session_id(config: pytest.Config) -> str:
@@ -133,13 +172,24 @@ class GateSession:
         session_id = workerinput.get("jetmem_session") if workerinput else None
         return device_session(config).parent_session or session_id or uuid.uuid4().hex
 
+    def jetson_state_before(self) -> JetsonState:
+        """The Jetson state before the session measured anything (:attr:`jetson_before`): read at the first test
+        that takes the ``jetmem`` fixture, or where first needed, so that a run without one reads nothing."""
+        if self.jetson_before is None:
+            from pytest_jetmem.machine.jetson import read_jetson_state, sysroot
+
+            self.jetson_before = read_jetson_state(sysroot())
+        return self.jetson_before
+
     def machine(self) -> Machine | None:
         """The machine record of this session's device (None without a GPU); built once."""
         if self._machine is None:
             info = self.device.availability().info
             if info is None:
                 return None
-            self._machine = machine_of(info, self.jetson_before)
+            from pytest_jetmem.machine.fingerprint import machine_of
+
+            self._machine = machine_of(info, self.jetson_state_before())
         return self._machine
 
 

@@ -15,14 +15,14 @@ import html
 import io
 import math
 from collections.abc import Sequence
-from typing import Any
 
+from pytest_jetmem.cuda.modes import find_mode, registered
 from pytest_jetmem.report.rows import Group, Trends, finite, has_trend
 
 __all__ = [
     "CHART_BACKENDS",
-    "MODE_COLORS",
     "NO_MATPLOTLIB_NOTE",
+    "PALETTE",
     "chart_backend",
     "draw_chart",
     "escape",
@@ -32,8 +32,9 @@ __all__ = [
 ]
 
 CHART_BACKENDS = ("auto", "matplotlib", "svg")
-MODE_COLORS = {"device": "#1f77b4", "managed": "#ff7f0e", "zero_copy": "#2ca02c"}
-_OTHER_COLORS = ("#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
+#: The modes' colours: a registered mode's by its registry order (device blue, managed orange, zero_copy green),
+#: the modes of a chart that are not registered here the next ones; grey is kept for "not in this chart".
+PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#bcbd22", "#17becf")
 NO_MATPLOTLIB_NOTE = (
     "matplotlib is not installed: the charts below are simple SVG drawn by pytest-jetmem "
     "(pip install 'pytest-jetmem[report]' for matplotlib charts)."
@@ -41,23 +42,27 @@ NO_MATPLOTLIB_NOTE = (
 
 
 # -- markup primitives ---------------------------------------------------------------------------------
-def escape(x: Any) -> str:
+def escape(x: object) -> str:
     """``str(x)`` escaped for HTML text and quoted attribute values (``& < > " '``)."""
     return html.escape(str(x), quote=True)
 
 
-def format_ms(x: Any, digits: int = 4) -> str:
+def format_ms(x: object, digits: int = 4) -> str:
     """``x`` with ``digits`` significant digits (``%g``) where it is a finite number (:func:`finite`), else ``""``."""
     return f"{x:.{digits}g}" if finite(x) else ""
 
 
 def mode_color(mode: str, modes: Sequence[str]) -> str:
-    """The colour of ``mode`` among the ``modes`` of one chart: :data:`MODE_COLORS` for the known modes, the
-    other modes a colour each by their place among the unknown ones in ``modes``, grey when not in ``modes``."""
-    if mode in MODE_COLORS:
-        return MODE_COLORS[mode]
-    others = [m for m in modes if m not in MODE_COLORS]
-    return _OTHER_COLORS[others.index(mode) % len(_OTHER_COLORS)] if mode in others else "#7f7f7f"
+    """The colour of ``mode`` among the ``modes`` of one chart (:data:`PALETTE`): a registered mode's by its
+    registry order, the other modes a colour each by their place among the unregistered ones in ``modes``, grey
+    when neither."""
+    known = find_mode(mode)
+    if known is not None:
+        return PALETTE[known.order % len(PALETTE)]
+    others = [m for m in modes if find_mode(m) is None]
+    if mode not in others:
+        return "#7f7f7f"
+    return PALETTE[(len(registered()) + others.index(mode)) % len(PALETTE)]
 
 
 # -- choosing the back end -----------------------------------------------------------------------------
@@ -87,6 +92,11 @@ def _ticks(top: float) -> list[float]:
     return [round(step * i, 12) for i in range(n + 1)]
 
 
+def _or_zero(x: float) -> float:
+    """``x`` where it is finite, else 0 (a bar's height, an axis's top)."""
+    return x if finite(x) else 0.0
+
+
 def _trim(text: str, n: int) -> str:
     return text if len(text) <= n else text[: n - 1] + "…"
 
@@ -95,7 +105,7 @@ def _svg_bars(group: Group, key: str, x0: float, y0: float, w: float, h: float) 
     """One panel: a bar per mode (median) with a whisker p5..p95."""
     modes = [m for m in group.modes if group.row(key, m) is not None]
     rows = [group.row(key, m) for m in modes]
-    top = max((max(r.get("p95") or 0, r.get("median") or 0) for r in rows if r), default=0.0)
+    top = max((max(_or_zero(r.statistics.p95), _or_zero(r.median)) for r in rows if r), default=0.0)
     ticks = _ticks(top * 1.08)
     ymax = ticks[-1]
     left, bottom, right, title_h = 52.0, 34.0, 8.0, 22.0
@@ -116,20 +126,21 @@ def _svg_bars(group: Group, key: str, x0: float, y0: float, w: float, h: float) 
     for i, (mode, r) in enumerate(zip(modes, rows, strict=True)):
         assert r is not None
         cx = px0 + slot * (i + 0.5)
-        med = float(r["median"]) if finite(r.get("median")) else 0.0
+        stats = r.statistics
+        med = _or_zero(stats.median)
         yv = py0 + ph - ph * med / ymax
         color = mode_color(mode, group.modes)
         tip = (
-            f"{mode} {key}: median {format_ms(med)} ms, p5 {format_ms(r.get('p5'))}, p95 {format_ms(r.get('p95'))}, "
-            f"MAD {format_ms(r.get('mad'), 2)}, n={r.get('n')}"
+            f"{mode} {key}: median {format_ms(med)} ms, p5 {format_ms(stats.p5)}, p95 {format_ms(stats.p95)}, "
+            f"MAD {format_ms(stats.mad, 2)}, n={stats.n}"
         )
         out.append(
             f'<rect x="{cx - bw / 2:.1f}" y="{yv:.1f}" width="{bw:.1f}" height="{py0 + ph - yv:.1f}" '
             f'fill="{color}" class="bar"><title>{escape(tip)}</title></rect>'
         )
-        if finite(r.get("p5")) and finite(r.get("p95")):
-            ylo = py0 + ph - ph * float(r["p5"]) / ymax
-            yhi = py0 + ph - ph * float(r["p95"]) / ymax
+        if finite(stats.p5) and finite(stats.p95):
+            ylo = py0 + ph - ph * stats.p5 / ymax
+            yhi = py0 + ph - ph * stats.p95 / ymax
             out.append(f'<line x1="{cx:.1f}" y1="{ylo:.1f}" x2="{cx:.1f}" y2="{yhi:.1f}" class="whisker"/>')
             for yy in (ylo, yhi):
                 out.append(f'<line x1="{cx - 6:.1f}" y1="{yy:.1f}" x2="{cx + 6:.1f}" y2="{yy:.1f}" class="whisker"/>')
@@ -147,7 +158,7 @@ def _svg_bars(group: Group, key: str, x0: float, y0: float, w: float, h: float) 
 
 def _svg_trend(group: Group, key: str, trends: Trends, x0: float, y0: float, w: float, h: float) -> list[str]:
     """One panel: the median in each saved baseline (oldest first) and in this run, a line per mode."""
-    series = {m: trends.of(str(r["nodeid"]), m, key) for m in group.modes if (r := group.row(key, m)) is not None}
+    series = {m: trends.of(r.nodeid, m, key) for m in group.modes if (r := group.row(key, m)) is not None}
     series = {m: pts for m, pts in series.items() if pts}
     labels: list[str] = []
     for pts in series.values():
@@ -245,12 +256,12 @@ def _mpl_chart(group: Group, trends: Trends) -> str:
         key = keys[i]
         modes = [m for m in group.modes if group.row(key, m) is not None]
         rows = [group.row(key, m) for m in modes]
-        meds = [float(r["median"]) if r and finite(r.get("median")) else 0.0 for r in rows]
+        meds = [_or_zero(r.median) if r else 0.0 for r in rows]
         lo: list[float] = []
         hi: list[float] = []
         for med, r in zip(meds, rows, strict=True):
-            lo.append(max(0.0, med - float(r["p5"])) if r and finite(r.get("p5")) else 0.0)
-            hi.append(max(0.0, float(r["p95"]) - med) if r and finite(r.get("p95")) else 0.0)
+            lo.append(max(0.0, med - r.statistics.p5) if r and finite(r.statistics.p5) else 0.0)
+            hi.append(max(0.0, r.statistics.p95 - med) if r and finite(r.statistics.p95) else 0.0)
         colors = [mode_color(m, group.modes) for m in modes]
         ax.bar(range(len(modes)), meds, color=colors, yerr=[lo, hi], capsize=5, ecolor="#222")
         for x, (med, h) in enumerate(zip(meds, hi, strict=True)):
@@ -273,12 +284,12 @@ def _mpl_chart(group: Group, trends: Trends) -> str:
             labels: list[str] = []
             for m in group.modes:
                 r = group.row(key, m)
-                for p in trends.of(str(r["nodeid"]), m, key) if r else []:
+                for p in trends.of(r.nodeid, m, key) if r else []:
                     if p.label not in labels:
                         labels.append(p.label)
             for m in group.modes:
                 r = group.row(key, m)
-                pts = trends.of(str(r["nodeid"]), m, key) if r else []
+                pts = trends.of(r.nodeid, m, key) if r else []
                 if pts:
                     ax.plot(
                         [labels.index(p.label) for p in pts],

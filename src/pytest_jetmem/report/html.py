@@ -1,7 +1,7 @@
 """The report page: the measurement rows of a session in, one self-contained HTML file (and a JSON twin) out.
 
-GPU-free and pytest-free: :mod:`pytest_jetmem.plugin.report` gathers the rows the runtime plugin publishes on
-the test reports (``report.jetmem_rows``: one dict per test, mode and measurement) and calls
+GPU-free and pytest-free: :mod:`pytest_jetmem.plugin.report` gathers the rows the plugin publishes on the test
+reports (one :class:`~pytest_jetmem.measure.record.MeasurementRecord` per test, mode and measurement) and calls
 :func:`write_report` at the end of the session.
 
 The page holds everything inline (CSS, a few lines of JS to sort the table, the charts as inline SVG or as
@@ -25,9 +25,9 @@ import math
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 from pytest_jetmem.atomic import write_atomic
+from pytest_jetmem.measure.record import BaselineComparison, MeasurementRecord
 from pytest_jetmem.report.charts import NO_MATPLOTLIB_NOTE, chart_backend, draw_chart, escape, format_ms, mode_color
 from pytest_jetmem.report.rows import (
     REFERENCE_MODE,
@@ -44,34 +44,36 @@ __all__ = ["json_path_for", "render_html", "write_report"]
 
 
 # -- table cells ---------------------------------------------------------------------------------------
-def _ratio_cell(row: Mapping[str, Any], group: Group) -> tuple[str, float | None, str]:
+def _ratio_cell(row: MeasurementRecord, group: Group) -> tuple[str, float | None, str]:
     """(text, sort value, title) of the ratio to the reference mode.
 
     The side-by-side ratio the runtime plugin measured (``memmode_runtime(max_ratio=..., relative_to=...)``)
     where there is one; otherwise the ratio of this row's median to the ``device`` median of the same test
     and measurement, measured separately (marked with an asterisk).
     """
-    if finite(row.get("ratio")):
-        ci = row.get("ratio_ci") or []
-        ci_text = f" (99% CI {ci[0]:.3f}..{ci[1]:.3f})" if len(ci) == 2 and all(map(finite, ci)) else ""
+    side = row.judgement.ratio
+    if side is not None and finite(side.ratio):
+        ci = side.ci
+        ci_text = f" (99% CI {ci[0]:.3f}..{ci[1]:.3f})" if all(map(finite, ci)) else ""
         return (
-            f"{row['ratio']:.2f}x {row.get('relative_to', '')}",
-            float(row["ratio"]),
+            f"{side.ratio:.2f}x {side.relative_to}",
+            side.ratio,
             f"measured side by side, interleaved{ci_text}",
         )
-    ref = group.row(str(row["key"]), REFERENCE_MODE)
-    if ref is None or not finite(ref.get("median")) or not ref["median"] > 0 or not finite(row.get("median")):
+    ref = group.row(row.key, REFERENCE_MODE)
+    if ref is None or not finite(ref.median) or not ref.median > 0 or not finite(row.median):
         return "", None, ""
-    ratio = float(row["median"]) / float(ref["median"])
+    ratio = row.median / ref.median
     return f"{ratio:.2f}x {REFERENCE_MODE}*", ratio, "ratio of medians measured one after the other"
 
 
-def _baseline_cell(row: Mapping[str, Any]) -> tuple[str, float | None]:
-    change = row.get("baseline_change_pct")
-    verdict = str(row.get("baseline") or "")
-    if change is not None and finite(change):
-        return f"{change:+.1f}% {verdict}".strip(), float(change)
-    return verdict, None
+def _baseline_cell(row: MeasurementRecord) -> tuple[str, float | None]:
+    cmp = row.judgement.baseline
+    if isinstance(cmp, BaselineComparison):
+        if finite(cmp.change_pct):
+            return f"{cmp.change_pct:+.1f}% {cmp.verdict.value}".strip(), cmp.change_pct
+        return cmp.verdict.value, None
+    return (cmp.text if cmp is not None else ""), None
 
 
 def _verdict_class(verdict: str) -> str:
@@ -143,8 +145,9 @@ def _num_td(text: str, value: float | None, extra_class: str = "") -> str:
     return f'<td class="num{" " + extra_class if extra_class else ""}"{v}>{escape(text)}</td>'
 
 
-def _baseline_class(row: Mapping[str, Any]) -> str:
-    verdict = str(row.get("baseline") or "")
+def _baseline_class(row: MeasurementRecord) -> str:
+    cmp = row.judgement.baseline
+    verdict = cmp.verdict.value if isinstance(cmp, BaselineComparison) else ""
     return {"regression": "worse", "improvement": "better"}.get(verdict, "")
 
 
@@ -153,27 +156,27 @@ def _table(groups: Sequence[Group]) -> str:
     body: list[str] = []
     for g in groups:
         for r in g.rows:
-            mode = str(r["mode"])
+            mode, stats = r.mode, r.statistics
             ratio_text, ratio_v, ratio_title = _ratio_cell(r, g)
             base_text, base_v = _baseline_cell(r)
-            verdict = str(r.get("verdict") or "")
-            spread = f"{format_ms(r.get('p5'))}..{format_ms(r.get('p95'))}" if finite(r.get("p5")) else ""
+            verdict = r.verdict.value
+            spread = f"{format_ms(stats.p5)}..{format_ms(stats.p95)}" if finite(stats.p5) else ""
             body.append(
                 "<tr>"
-                f'<td class="test" title="{escape(r["nodeid"])}">'
-                f'<a href="#{g.anchor}">{escape(_item_name(r["nodeid"]))}</a></td>'
+                f'<td class="test" title="{escape(r.nodeid)}">'
+                f'<a href="#{g.anchor}">{escape(_item_name(r.nodeid))}</a></td>'
                 f'<td class="nw"><span class="mode" style="background:{mode_color(mode, g.modes)}"></span>'
                 f"{escape(mode)}</td>"
-                f'<td class="nw">{escape(r["key"])}</td>'
-                + _num_td(format_ms(r.get("median")), r.get("median") if finite(r.get("median")) else None)
-                + _num_td(format_ms(r.get("mad"), 2), r.get("mad") if finite(r.get("mad")) else None)
-                + _num_td(spread, r.get("p5") if finite(r.get("p5")) else None)
-                + _num_td(str(r.get("n", "")), r.get("n") if finite(r.get("n")) else None)
+                f'<td class="nw">{escape(r.key)}</td>'
+                + _num_td(format_ms(stats.median), stats.median if finite(stats.median) else None)
+                + _num_td(format_ms(stats.mad, 2), stats.mad if finite(stats.mad) else None)
+                + _num_td(spread, stats.p5 if finite(stats.p5) else None)
+                + _num_td(str(stats.n), stats.n)
                 + f'<td class="num" data-v="{"" if ratio_v is None else repr(ratio_v)}" title="{escape(ratio_title)}">'
                 f"{escape(ratio_text)}</td>"
                 + _num_td(
-                    format_ms(r.get("first_call_ms")),
-                    r.get("first_call_ms") if finite(r.get("first_call_ms")) else None,
+                    format_ms(stats.first_call_ms),
+                    stats.first_call_ms if finite(stats.first_call_ms) else None,
                 )
                 + _num_td(base_text, base_v, _baseline_class(r))
                 + f'<td class="{_verdict_class(verdict)}">{escape(verdict)}</td>'
@@ -193,7 +196,7 @@ def _caption(group: Group, trends: Trends) -> str:
     return text
 
 
-def _machine_table(machine: Mapping[str, Any] | None) -> str:
+def _machine_table(machine: Mapping[str, object] | None) -> str:
     if not machine:
         return '<p class="meta">machine: not known (no GPU was opened)</p>'
     cells = "".join(
@@ -203,9 +206,9 @@ def _machine_table(machine: Mapping[str, Any] | None) -> str:
 
 
 def render_html(
-    rows: Sequence[Mapping[str, Any]],
+    rows: Sequence[MeasurementRecord],
     *,
-    machine: Mapping[str, Any] | None = None,
+    machine: Mapping[str, object] | None = None,
     trends: Trends | None = None,
     notes: Sequence[str] = (),
     title: str = "pytest-jetmem report",
@@ -219,7 +222,7 @@ def render_html(
     all_notes = [*notes, *trends.notes]
     if backend == "svg" and groups:
         all_notes.insert(0, NO_MATPLOTLIB_NOTE)
-    n_fail = sum(1 for r in rows if str(r.get("verdict", "")).startswith("FAIL"))
+    n_fail = sum(1 for r in rows if r.verdict.failed)
     stamp = created or utc_now()
     out = [
         "<!DOCTYPE html>",
@@ -269,9 +272,9 @@ def json_path_for(path: str | os.PathLike[str]) -> Path:
 
 def write_report(
     path: str | os.PathLike[str],
-    rows: Sequence[Mapping[str, Any]],
+    rows: Sequence[MeasurementRecord],
     *,
-    machine: Mapping[str, Any] | None = None,
+    machine: Mapping[str, object] | None = None,
     trends: Trends | None = None,
     notes: Sequence[str] = (),
     title: str = "pytest-jetmem report",

@@ -1,8 +1,8 @@
 """The data side of the report: the session's measurement rows grouped per test, trends across saved baselines,
 and the JSON twin's document. GPU-free, pytest-free, and free of markup.
 
-A row is one dict per test, mode and measurement, as :mod:`pytest_jetmem.plugin.runtime` publishes it on the
-test reports (``report.jetmem_rows``). A test is its node id with the memory mode taken out of the parameter
+A row is one :class:`~pytest_jetmem.measure.record.MeasurementRecord` per test, mode and measurement, as the
+plugin publishes them on the test reports. A test is its node id with the memory mode taken out of the parameter
 id (:func:`group_name`), so ``test_conv[15-device]`` and ``test_conv[15-zero_copy]`` are one :class:`Group`.
 """
 
@@ -15,13 +15,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
 
+from pytest_jetmem.cuda.modes import rank as mode_rank
 from pytest_jetmem.measure.baseline import Baseline, BaselineError, BaselineStore, Machine, entry_key
+from pytest_jetmem.measure.record import MeasurementRecord
 
 __all__ = [
     "FORMAT",
-    "MODE_ORDER",
     "REFERENCE_MODE",
     "VERSION",
     "Group",
@@ -39,10 +39,9 @@ __all__ = [
 FORMAT = "pytest-jetmem-report"
 VERSION = 1
 REFERENCE_MODE = "device"
-MODE_ORDER = ("device", "managed", "zero_copy")
 
 
-def finite(x: Any) -> bool:
+def finite(x: object) -> bool:
     """Whether ``x`` is a real number (int or float, not bool) that is neither infinite nor NaN."""
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
@@ -71,41 +70,37 @@ def group_name(nodeid: str, mode: str) -> str:
     return f"{m.group(1)}[{'-'.join(parts)}]" if parts else m.group(1)
 
 
-def _mode_rank(mode: str) -> tuple[int, str]:
-    return (MODE_ORDER.index(mode), "") if mode in MODE_ORDER else (len(MODE_ORDER), mode)
-
-
 @dataclass
 class Group:
     """The rows of one test (every mode), in the order their measurements were first seen."""
 
     name: str
     anchor: str
-    rows: list[dict[str, Any]] = field(default_factory=list)
+    rows: list[MeasurementRecord] = field(default_factory=list)
 
     @property
     def keys(self) -> list[str]:
         """The measurements (``label:scope``) of this test, in order of appearance."""
-        return list(dict.fromkeys(str(r["key"]) for r in self.rows))
+        return list(dict.fromkeys(r.key for r in self.rows))
 
     @property
     def modes(self) -> list[str]:
-        return sorted({str(r["mode"]) for r in self.rows}, key=_mode_rank)
+        return sorted({r.mode for r in self.rows}, key=mode_rank)  # registry order, then the others
 
-    def row(self, key: str, mode: str) -> dict[str, Any] | None:
+    def row(self, key: str, mode: str) -> MeasurementRecord | None:
         """The last row of ``key`` in ``mode`` (a rerun test, e.g. with pytest-rerunfailures, reports again)."""
-        found = [r for r in self.rows if r["key"] == key and r["mode"] == mode]
+        found = [r for r in self.rows if r.key == key and r.mode == mode]
         return found[-1] if found else None
 
 
-def group_rows(rows: Iterable[Mapping[str, Any]]) -> list[Group]:
+def group_rows(rows: Iterable[MeasurementRecord]) -> list[Group]:
     """Rows grouped by :func:`group_name`, groups in order of first appearance."""
     groups: dict[str, Group] = {}
     for r in rows:
-        name = group_name(str(r["nodeid"]), str(r["mode"]))
+        name = group_name(r.nodeid, r.mode)
         if name not in groups:
             groups[name] = Group(name, f"t{len(groups) + 1}")
-        groups[name].rows.append(dict(r))
+        groups[name].rows.append(r)
     return list(groups.values())
 
 
@@ -120,7 +115,7 @@ class TrendPoint:
     n: int
     this_run: bool = False
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {
             "label": self.label,
             "created": self.created,
@@ -141,7 +136,7 @@ class Trends:
     def of(self, nodeid: str, mode: str, key: str) -> list[TrendPoint]:
         return self.points.get((nodeid, mode, key), [])
 
-    def to_list(self) -> list[dict[str, Any]]:
+    def to_list(self) -> list[dict[str, object]]:
         return [
             {"nodeid": n, "mode": m, "key": k, "points": [p.to_dict() for p in pts]}
             for (n, m, k), pts in self.points.items()
@@ -150,12 +145,12 @@ class Trends:
 
 def has_trend(group: Group, key: str, trends: Trends) -> bool:
     """Whether measurement ``key`` of ``group`` has trend points in ``trends`` in at least one of its modes."""
-    return any(trends.of(str(r["nodeid"]), m, key) for m in group.modes if (r := group.row(key, m)) is not None)
+    return any(trends.of(r.nodeid, m, key) for m in group.modes if (r := group.row(key, m)) is not None)
 
 
 def load_trends(
     store: BaselineStore | None,
-    rows: Sequence[Mapping[str, Any]],
+    rows: Sequence[MeasurementRecord],
     machine: Machine | None = None,
     session_id: str | None = None,
     now: str | None = None,
@@ -198,7 +193,7 @@ def load_trends(
         )
     stamp = now or utc_now()
     for r in rows:
-        nodeid, mode, key = str(r["nodeid"]), str(r["mode"]), str(r["key"])
+        nodeid, mode, key = r.nodeid, r.mode, r.key
         points: list[TrendPoint] = []
         saved_by_this_run = False
         for base in loaded:
@@ -211,8 +206,8 @@ def load_trends(
             points.append(TrendPoint(label, base.created, entry.summary.median, entry.summary.n, mine))
         if len(points) < 2:
             continue
-        if not saved_by_this_run and finite(r.get("median")):
-            points.append(TrendPoint("this run", stamp, float(r["median"]), int(r.get("n") or 0), True))
+        if not saved_by_this_run and finite(r.median):
+            points.append(TrendPoint("this run", stamp, r.median, r.statistics.n, True))
         trends.points[(nodeid, mode, key)] = points
     return trends
 
@@ -225,7 +220,7 @@ def _mtime_ns(path: Path | None) -> int:
 
 
 # -- the JSON twin -------------------------------------------------------------------------------------
-def _jsonable(x: Any) -> Any:
+def _jsonable(x: object) -> object:
     """Plain JSON values: numpy scalars unwrapped, tuples as lists, non-finite floats as None."""
     if isinstance(x, Mapping):
         return {str(k): _jsonable(v) for k, v in x.items()}
@@ -242,20 +237,21 @@ def _jsonable(x: Any) -> Any:
 
 
 def report_document(
-    rows: Sequence[Mapping[str, Any]],
+    rows: Sequence[MeasurementRecord],
     *,
-    machine: Mapping[str, Any] | None = None,
+    machine: Mapping[str, object] | None = None,
     trends: Trends | None = None,
     notes: Sequence[str] = (),
     created: str | None = None,
-) -> dict[str, Any]:
-    """The JSON twin of the report: the rows as the plugin made them, plus machine, trends and notes."""
+) -> dict[str, object]:
+    """The JSON twin of the report: the rows as the plugin made them (their records' JSON objects), plus machine,
+    trends and notes."""
     return {
         "format": FORMAT,
         "version": VERSION,
         "created": created or utc_now(),
         "machine": _jsonable(dict(machine)) if machine else None,
-        "rows": _jsonable([dict(r) for r in rows]),
+        "rows": _jsonable([r.to_json() for r in rows]),
         "trends": trends.to_list() if trends else [],
         "notes": [*notes, *(trends.notes if trends else [])],
     }

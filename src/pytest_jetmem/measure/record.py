@@ -1,0 +1,532 @@
+"""One measurement's record: what was measured, its figures, the conditions, and how it was judged.
+
+A :class:`MeasurementRecord` is made for every ``jetmem.measure`` of a test, in one place: the
+:class:`RecordBuilder` (from a :class:`~pytest_jetmem.measure.timing.Measurement`, or from a record a child
+session sent, to judge it anew), filled in by the runtime half and ``--jetmem-against``. Every reader takes the
+record: the "jetmem runtimes" table, the JUnit properties, the HTML report and its JSON twin, pytest-benchmark's
+JSON, the demo's tables. It travels (on the test reports, to an xdist controller, from a relay or an against
+child) as its JSON object, :meth:`MeasurementRecord.to_json`, read back with :meth:`MeasurementRecord.from_json`.
+
+The JSON object is flat, the row the report's JSON twin has always held, with a ``"version"``::
+
+    {"version": 1, "nodeid": "t.py::test_conv[device]", "mode": "device", "key": "conv:kernel",
+     "label": "conv", "scope": "kernel", "median": 0.213, "mad": 0.0039, "p5": 0.2076, "p95": 0.22,
+     "min": 0.2054, "n": 10, "first_call_ms": 0.2126, "first_call_wall_ms": 0.695, "stop_reason": "noise",
+     "runs": 1, "samples": [...], "verdict": "ok"}
+
+and, where they apply: ``run_rounds`` (measured in turns), ``clocks`` and ``throttled`` (the conditions),
+``ratio``, ``ratio_ci``, ``relative_to``, ``reference_median`` (a side-by-side ratio), ``baseline`` with
+``baseline_change_pct``, ``baseline_ci``, ``baseline_unit``, ``baseline_reason`` (a comparison) or with
+``baseline_note`` (why nothing was compared: :class:`NotComparedWhy`), ``against`` and ``base_samples``
+(``--jetmem-against``). Readers ignore keys they do not know; a change of meaning bumps :data:`RECORD_VERSION`.
+An object without ``"version"`` (written before records were versioned) holds version 1's keys.
+
+GPU-free and pytest-free.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from enum import Enum
+from statistics import median as _median
+from typing import TYPE_CHECKING
+
+from pytest_jetmem.errors import RecordError, RecordVersionError
+from pytest_jetmem.measure.compare import Comparison, Verdict
+from pytest_jetmem.validate import is_int, is_number
+
+if TYPE_CHECKING:
+    from pytest_jetmem.measure.timing import Measurement
+
+__all__ = [
+    "RECORD_VERSION",
+    "Against",
+    "BaselineComparison",
+    "Clocks",
+    "Conditions",
+    "Identity",
+    "Judgement",
+    "MeasurementRecord",
+    "NotCompared",
+    "NotComparedWhy",
+    "RecordBuilder",
+    "RecordVerdict",
+    "SideBySide",
+    "Statistics",
+]
+
+#: The version of the record's JSON object this module writes and the only one it reads.
+RECORD_VERSION = 1
+
+#: A JSON object as read: keys are strings, values anything JSON holds.
+JsonObject = Mapping[str, object]
+
+
+class RecordVerdict(str, Enum):
+    """What became of a measurement: the table's and the JUnit property's "verdict"."""
+
+    OK = "ok"  # judged (``memmode_runtime``), passed
+    REPORTED = "reported"  # not judged
+    REFERENCE = "reference, not judged"  # in its ``max_ratio``'s reference mode, and nothing else judged it
+    AMBIGUOUS = "ambiguous"  # an ambiguous comparison, warned about (``--jetmem-ambiguous=warn``)
+    FAIL_MAX_MS = "FAIL max_ms"
+    FAIL_RATIO = "FAIL ratio"
+    FAIL_REGRESSION = "FAIL regression"
+    FAIL_AMBIGUOUS = "FAIL ambiguous"  # an ambiguous comparison under ``--jetmem-ambiguous=fail``
+
+    @property
+    def failed(self) -> bool:
+        """Whether this verdict failed the test."""
+        return self.value.startswith("FAIL")
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class NotComparedWhy(str, Enum):
+    """Why a measurement was not compared with the baseline (``--jetmem-compare``) or the base
+    (``--jetmem-against``); the record's ``baseline_note``."""
+
+    NEW = "new"  # the baseline does not hold it
+    NO_BASELINE = "no_baseline"  # the baseline named does not exist
+    OTHER_MACHINE = "other_machine"  # the baseline comes from another machine fingerprint
+    ONLY_IN_CHANGE = "only_in_change"  # the base has no such test
+    BASE_NOT_PASSED = "base_not_passed"  # the base's test failed or was skipped
+    NOT_IN_BASE = "not_in_base"  # the base's test did not take this measurement
+    NOT_IN_TURNS = "not_in_turns"  # measured alone, not in turns with the base
+
+    def __str__(self) -> str:
+        return self.value
+
+
+# -- the parts ---------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Identity:
+    """Which measurement: the test, the memory mode, the measure call's label and scope."""
+
+    nodeid: str
+    mode: str
+    label: str
+    scope: str
+
+    @property
+    def key(self) -> str:
+        """``label:scope`` (``measure:scope`` without a label), as :attr:`Measurement.key`."""
+        return f"{self.label or 'measure'}:{self.scope}"
+
+
+@dataclass(frozen=True)
+class Statistics:
+    """The figures, in milliseconds: the summary of the steady-state samples, the samples, the first call."""
+
+    median: float
+    mad: float
+    p5: float
+    p95: float
+    min: float
+    n: int
+    samples: tuple[float, ...]
+    first_call_ms: float | None = None
+    first_call_wall_ms: float | None = None
+    stop_reason: str = ""
+    runs: int = 1  # runs with fresh allocations (``--jetmem-runs``)
+    #: Under ``--jetmem-against``: per run, the samples of each round taken in turns with the other side.
+    run_rounds: tuple[tuple[tuple[float, ...], ...], ...] = ()
+
+
+@dataclass(frozen=True)
+class Clocks:
+    """The SM clock at the start and the end of sampling, its ceiling (MHz) and the slowdowns seen."""
+
+    sm_mhz: tuple[float, ...]
+    sm_max_mhz: float | None = None
+    slowdowns: tuple[str, ...] = ()
+
+    @property
+    def median_mhz(self) -> float | None:
+        """The clock the measurement ran at (the median of the readings); None: unknown."""
+        return float(_median(self.sm_mhz)) if self.sm_mhz else None
+
+    def to_json(self) -> dict[str, object]:
+        return {"sm_mhz": list(self.sm_mhz), "sm_max_mhz": self.sm_max_mhz, "slowdowns": list(self.slowdowns)}
+
+    @classmethod
+    def from_json(cls, data: object) -> Clocks:
+        obj = _object(data, "clocks")
+        return cls(
+            sm_mhz=_numbers(obj.get("sm_mhz", []), "clocks.sm_mhz"),
+            sm_max_mhz=_optional_number(obj.get("sm_max_mhz"), "clocks.sm_max_mhz"),
+            slowdowns=_strs(obj.get("slowdowns", []), "clocks.slowdowns"),
+        )
+
+
+@dataclass(frozen=True)
+class Conditions:
+    """Under what the measurement ran: its clocks (None: unknown) and the slowdowns that make it incomparable."""
+
+    clocks: Clocks | None = None
+    #: Clock slowdowns (thermal, power) while sampling; under ``--jetmem-against`` either side's.
+    throttled: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class SideBySide:
+    """``memmode_runtime(max_ratio=..., relative_to=...)``: the ratio to the reference mode, measured interleaved."""
+
+    ratio: float
+    ci: tuple[float, float]  # its 99% interval
+    relative_to: str
+    reference_median: float
+
+
+@dataclass(frozen=True)
+class BaselineComparison:
+    """The comparison with the baseline (``--jetmem-compare``) or the base (``--jetmem-against``)."""
+
+    verdict: Verdict
+    change_pct: float
+    ci: tuple[float, float]  # the interval of the ratio current / baseline
+    unit: str  # what the comparison counted: "samples", "runs", "sessions" or "rounds"
+    reason: str = ""  # why an ambiguous verdict is not a call either way
+
+    @classmethod
+    def of(cls, cmp: Comparison) -> BaselineComparison:
+        return cls(cmp.verdict, float(cmp.change_pct), (float(cmp.ci_low), float(cmp.ci_high)), cmp.unit, cmp.reason)
+
+
+@dataclass(frozen=True)
+class NotCompared:
+    """Why nothing was compared: the kind (what code decides on) and the sentence (what people read)."""
+
+    why: NotComparedWhy
+    text: str
+
+
+@dataclass(frozen=True)
+class Against:
+    """``--jetmem-against``: the base the change was measured against, and the base's samples where paired."""
+
+    label: str
+    base_samples: tuple[float, ...] | None = None
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """How the measurement was judged: its verdict, a side-by-side ratio, the comparison or why there was none."""
+
+    verdict: RecordVerdict = RecordVerdict.REPORTED
+    ratio: SideBySide | None = None
+    baseline: BaselineComparison | NotCompared | None = None
+    against: Against | None = None
+
+
+# -- the record --------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class MeasurementRecord:
+    """One measurement of one test in one memory mode, as every reader of the session's timings takes it."""
+
+    identity: Identity
+    statistics: Statistics
+    conditions: Conditions
+    judgement: Judgement
+
+    @property
+    def nodeid(self) -> str:
+        return self.identity.nodeid
+
+    @property
+    def mode(self) -> str:
+        return self.identity.mode
+
+    @property
+    def key(self) -> str:
+        return self.identity.key
+
+    @property
+    def median(self) -> float:
+        return self.statistics.median
+
+    @property
+    def verdict(self) -> RecordVerdict:
+        return self.judgement.verdict
+
+    def to_json(self) -> dict[str, object]:
+        """The record's JSON object (see the module's docstring); :meth:`from_json` reads it back."""
+        ident, stats, cond, judge = self.identity, self.statistics, self.conditions, self.judgement
+        out: dict[str, object] = {
+            "version": RECORD_VERSION,
+            "nodeid": ident.nodeid,
+            "mode": ident.mode,
+            "key": ident.key,
+            "label": ident.label,
+            "scope": ident.scope,
+            "median": stats.median,
+            "mad": stats.mad,
+            "p5": stats.p5,
+            "p95": stats.p95,
+            "min": stats.min,
+            "n": stats.n,
+            "first_call_ms": stats.first_call_ms,
+            "first_call_wall_ms": stats.first_call_wall_ms,
+            "stop_reason": stats.stop_reason,
+            "runs": stats.runs,
+            "samples": list(stats.samples),
+        }
+        if stats.run_rounds:
+            out["run_rounds"] = [[list(r) for r in run] for run in stats.run_rounds]
+        if cond.clocks is not None:
+            out["clocks"] = cond.clocks.to_json()
+        if cond.throttled:
+            out["throttled"] = list(cond.throttled)
+        if judge.ratio is not None:
+            out.update(
+                ratio=judge.ratio.ratio,
+                ratio_ci=list(judge.ratio.ci),
+                relative_to=judge.ratio.relative_to,
+                reference_median=judge.ratio.reference_median,
+            )
+        if judge.against is not None:
+            out["against"] = judge.against.label
+            if judge.against.base_samples is not None:
+                out["base_samples"] = list(judge.against.base_samples)
+        if isinstance(judge.baseline, BaselineComparison):
+            cmp = judge.baseline
+            out.update(
+                baseline=cmp.verdict.value,
+                baseline_change_pct=cmp.change_pct,
+                baseline_ci=list(cmp.ci),
+                baseline_unit=cmp.unit,
+            )
+            if cmp.reason:
+                out["baseline_reason"] = cmp.reason
+        elif isinstance(judge.baseline, NotCompared):
+            out.update(baseline=judge.baseline.text, baseline_note=judge.baseline.why.value)
+        out["verdict"] = judge.verdict.value
+        return out
+
+    @classmethod
+    def from_json(cls, data: object) -> MeasurementRecord:
+        """The record of a JSON object :meth:`to_json` wrote; :class:`RecordError` saying what is wrong with it,
+        :class:`RecordVersionError` for a version this pytest-jetmem does not read."""
+        obj = _object(data, "a measurement record")
+        version = obj.get("version", RECORD_VERSION)
+        if not is_int(version) or version != RECORD_VERSION:
+            raise RecordVersionError(version, RECORD_VERSION)
+        label = obj.get("label")
+        if label is None:
+            label = ""
+        identity = Identity(
+            nodeid=_str(obj, "nodeid"), mode=_str(obj, "mode"), label=_any_str(label, "label"), scope=_str(obj, "scope")
+        )
+        key = obj.get("key", identity.key)
+        if key != identity.key:
+            raise RecordError(f"key: expected {identity.key!r} (label:scope), got {key!r}")
+        n = obj.get("n")
+        if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+            raise RecordError(f"n: expected a count, got {n!r}")
+        runs = obj.get("runs", 1)
+        if not isinstance(runs, int) or isinstance(runs, bool) or runs < 1:
+            raise RecordError(f"runs: expected a count >= 1, got {runs!r}")
+        stop_reason = obj.get("stop_reason", "")
+        stats = Statistics(
+            median=_number(obj, "median"),
+            mad=_number(obj, "mad"),
+            p5=_number(obj, "p5"),
+            p95=_number(obj, "p95"),
+            min=_number(obj, "min"),
+            n=n,
+            samples=_numbers(obj.get("samples"), "samples"),
+            first_call_ms=_optional_number(obj.get("first_call_ms"), "first_call_ms"),
+            first_call_wall_ms=_optional_number(obj.get("first_call_wall_ms"), "first_call_wall_ms"),
+            stop_reason=_any_str(stop_reason if stop_reason is not None else "", "stop_reason"),
+            runs=runs,
+            run_rounds=_run_rounds(obj.get("run_rounds", [])),
+        )
+        raw_clocks = obj.get("clocks")
+        conditions = Conditions(
+            clocks=Clocks.from_json(raw_clocks) if raw_clocks else None,
+            throttled=_strs(obj.get("throttled", []), "throttled"),
+        )
+        return cls(identity, stats, conditions, _judgement(obj))
+
+
+def _judgement(obj: JsonObject) -> Judgement:
+    ratio = None
+    if obj.get("ratio") is not None:
+        ratio = SideBySide(
+            ratio=_number(obj, "ratio"),
+            ci=_pair(obj.get("ratio_ci"), "ratio_ci"),
+            relative_to=_str(obj, "relative_to"),
+            reference_median=_number(obj, "reference_median", nan_for_none=True),
+        )
+    baseline: BaselineComparison | NotCompared | None = None
+    if "baseline_change_pct" in obj:
+        verdict = obj.get("baseline")
+        try:
+            cmp_verdict = Verdict(verdict)
+        except ValueError:
+            raise RecordError(
+                f"baseline: expected one of {', '.join(v.value for v in Verdict)}, got {verdict!r}"
+            ) from None
+        reason = obj.get("baseline_reason", "")
+        baseline = BaselineComparison(
+            verdict=cmp_verdict,
+            change_pct=_number(obj, "baseline_change_pct", nan_for_none=True),
+            ci=_pair(obj.get("baseline_ci"), "baseline_ci"),
+            unit=_str(obj, "baseline_unit"),
+            reason=_any_str(reason if reason is not None else "", "baseline_reason"),
+        )
+    elif obj.get("baseline") is not None:
+        note = obj.get("baseline_note")
+        try:
+            why = NotComparedWhy(note)
+        except ValueError:
+            raise RecordError(
+                f"baseline_note: expected one of {', '.join(w.value for w in NotComparedWhy)}, got {note!r}"
+            ) from None
+        baseline = NotCompared(why, _str(obj, "baseline"))
+    against = None
+    if obj.get("against") is not None:
+        base_samples = obj.get("base_samples")
+        against = Against(
+            label=_str(obj, "against"),
+            base_samples=_numbers(base_samples, "base_samples") if base_samples is not None else None,
+        )
+    verdict = obj.get("verdict", RecordVerdict.REPORTED.value)
+    try:
+        record_verdict = RecordVerdict(verdict)
+    except ValueError:
+        raise RecordError(
+            f"verdict: expected one of {', '.join(repr(v.value) for v in RecordVerdict)}, got {verdict!r}"
+        ) from None
+    return Judgement(record_verdict, ratio, baseline, against)
+
+
+# -- the builder -------------------------------------------------------------------------------------------------
+@dataclass
+class RecordBuilder:
+    """A record being judged: the measured parts fixed, the judgement filled in step by step, then :meth:`build`.
+
+    The one way a :class:`MeasurementRecord` is made: by the runtime half from a measurement of this session
+    (:meth:`measured`), and by ``--jetmem-against`` from the record a child session sent (:meth:`judging`).
+    """
+
+    identity: Identity
+    statistics: Statistics
+    conditions: Conditions
+    verdict: RecordVerdict | None = None  # None: not decided yet, build's default
+    ratio: SideBySide | None = None
+    baseline: BaselineComparison | NotCompared | None = None
+    against: Against | None = None
+
+    @classmethod
+    def measured(cls, nodeid: str, m: Measurement) -> RecordBuilder:
+        """The record of measurement ``m`` of test ``nodeid``, not judged yet."""
+        s = m.summary
+        clocks = Clocks.from_json(m.clocks) if m.clocks else None
+        return cls(
+            Identity(nodeid, m.mode, m.label or "", m.scope),
+            Statistics(
+                median=float(s.median),
+                mad=float(s.mad),
+                p5=float(s.p5),
+                p95=float(s.p95),
+                min=float(s.min),
+                n=int(s.n),
+                samples=tuple(float(v) for v in m.samples),
+                first_call_ms=_float_or_none(m.first_call_ms),
+                first_call_wall_ms=_float_or_none(m.first_call_wall_ms),
+                stop_reason=m.stop_reason,
+                runs=len(m.runs) or 1,
+                run_rounds=tuple(tuple(tuple(float(v) for v in r) for r in run) for run in m.run_rounds),
+            ),
+            Conditions(clocks, tuple(m.throttled)),
+        )
+
+    @classmethod
+    def judging(cls, record: MeasurementRecord, nodeid: str | None = None) -> RecordBuilder:
+        """``record`` (a child session's) to be judged anew here, under ``nodeid`` (default: its own); what it
+        was judged there stands until it is decided otherwise."""
+        identity = record.identity if nodeid is None else replace(record.identity, nodeid=nodeid)
+        judge = record.judgement
+        return cls(
+            identity, record.statistics, record.conditions, judge.verdict, judge.ratio, judge.baseline, judge.against
+        )
+
+    def build(self, default: RecordVerdict = RecordVerdict.REPORTED) -> MeasurementRecord:
+        """The record, with verdict ``default`` where none was decided."""
+        judgement = Judgement(self.verdict or default, self.ratio, self.baseline, self.against)
+        return MeasurementRecord(self.identity, self.statistics, self.conditions, judgement)
+
+
+# -- reading JSON values -----------------------------------------------------------------------------------------
+def _object(data: object, what: str) -> JsonObject:
+    if not isinstance(data, Mapping) or not all(isinstance(k, str) for k in data):
+        raise RecordError(f"{what}: expected a JSON object, got {type(data).__name__}")
+    return data
+
+
+def _any_str(value: object, what: str) -> str:
+    if not isinstance(value, str):
+        raise RecordError(f"{what}: expected a string, got {value!r}")
+    return value
+
+
+def _str(obj: JsonObject, key: str) -> str:
+    value = obj.get(key)
+    if not isinstance(value, str) or not value:
+        raise RecordError(f"{key}: expected a non-empty string, got {value!r}")
+    return value
+
+
+def _number(obj: JsonObject, key: str, *, nan_for_none: bool = False) -> float:
+    value = obj.get(key)
+    if value is None and nan_for_none:  # a report's JSON twin writes a non-finite figure as null
+        return math.nan
+    if not is_number(value) or not isinstance(value, (int, float)):
+        raise RecordError(f"{key}: expected a number, got {value!r}")
+    return float(value)
+
+
+def _optional_number(value: object, what: str) -> float | None:
+    if value is None:
+        return None
+    if not is_number(value) or not isinstance(value, (int, float)):
+        raise RecordError(f"{what}: expected a number or null, got {value!r}")
+    return float(value)
+
+
+def _float_or_none(value: float | None) -> float | None:
+    return None if value is None else float(value)
+
+
+def _numbers(value: object, what: str) -> tuple[float, ...]:
+    if not isinstance(value, (list, tuple)):
+        raise RecordError(f"{what}: expected a list of numbers, got {value!r}")
+    out: list[float] = []
+    for v in value:
+        if not is_number(v) or not isinstance(v, (int, float)):
+            raise RecordError(f"{what}: expected a list of numbers, got {v!r} in it")
+        out.append(v)  # an int stays one (clocks in MHz)
+    return tuple(out)
+
+
+def _pair(value: object, what: str) -> tuple[float, float]:
+    if not isinstance(value, (list, tuple)) or len(value) != 2:
+        raise RecordError(f"{what}: expected [low, high], got {value!r}")
+    low, high = _numbers([math.nan if v is None else v for v in value], what)  # null: not finite (JSON twin)
+    return (float(low), float(high))
+
+
+def _strs(value: object, what: str) -> tuple[str, ...]:
+    if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+        raise RecordError(f"{what}: expected a list of strings, got {value!r}")
+    return tuple(str(v) for v in value)
+
+
+def _run_rounds(value: object) -> tuple[tuple[tuple[float, ...], ...], ...]:
+    if not isinstance(value, (list, tuple)) or not all(isinstance(run, (list, tuple)) for run in value):
+        raise RecordError(f"run_rounds: expected per run a list of rounds of samples, got {value!r}")
+    return tuple(tuple(_numbers(r, "run_rounds") for r in run) for run in value)
