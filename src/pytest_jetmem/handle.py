@@ -19,7 +19,7 @@ from pytest_jetmem.correctness import coherence
 from pytest_jetmem.cuda import attach
 from pytest_jetmem.cuda.buffer import Buffer
 from pytest_jetmem.cuda.session import CudaSession
-from pytest_jetmem.cuda.workspace import Workspace, open_workspace
+from pytest_jetmem.cuda.workspace import WorkObserver, Workspace, open_workspace
 from pytest_jetmem.measure import timing
 from pytest_jetmem.measure.duet import Duet
 from pytest_jetmem.measure.stats import StoppingRule
@@ -30,14 +30,29 @@ class Jetmem(Workspace):
     """Per-test handle for one memory mode; every buffer it allocates is freed at teardown."""
 
     def __init__(
-        self, session: CudaSession, mode: str, nodeid: str = "", stopping_rule: StoppingRule | None = None
+        self,
+        session: CudaSession,
+        mode: str,
+        nodeid: str = "",
+        stopping_rule: StoppingRule | None = None,
+        *,
+        observers: Sequence[WorkObserver] = (),
+        duet: Duet | None = None,
+        on_measure: Callable[[Measurement, MeasureCall], None] | None = None,
     ) -> None:
-        super().__init__(session, mode, nodeid)
-        self.stopping_rule = stopping_rule or StoppingRule()
+        """Everything the runners need is given here, nothing is set on the handle afterwards.
+
+        ``stopping_rule``: the session's (``--jetmem-noise``, ``--jetmem-max-time``); ``observers``: told about
+        the handle's allocations and work from the start (Tegra-strict mode, the no-GPU check); ``duet``: under
+        ``--jetmem-against``, the channel to the other side, ``measure()`` takes turns with it; ``on_measure``:
+        called with each ``measure()`` result and the call that made it (the runners keep the calls, to sample
+        them again side by side).
+        """
+        super().__init__(session, mode, nodeid, observers=observers)
+        self._stopping_rule = stopping_rule or StoppingRule()
+        self._duet = duet
+        self._on_measure = on_measure
         self.measurements: list[Measurement] = []  # every jetmem.measure() result, in call order
-        self.measure_calls: list[MeasureCall] = []
-        #: Under ``--jetmem-against``: the channel to the other side, measure() takes turns with it.
-        self.duet: Duet | None = None
 
     # -- timing ------------------------------------------------------------------------------------
     def measure(
@@ -73,12 +88,13 @@ class Jetmem(Workspace):
             inputs=inputs,
             outputs=outputs,
             warmup=warmup,
-            rule=rule or self.stopping_rule,
+            rule=rule or self._stopping_rule,
             flush_l2=flush_l2,
-            duet=self.duet,
+            duet=self._duet,
         )
         self.measurements.append(m)
-        self.measure_calls.append(MeasureCall(label, scope, fn, tuple(inputs), tuple(outputs), flush_l2, warmup))
+        if self._on_measure is not None:
+            self._on_measure(m, MeasureCall(label, scope, fn, tuple(inputs), tuple(outputs), flush_l2, warmup))
         return m
 
     def time_gpu(

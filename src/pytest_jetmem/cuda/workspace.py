@@ -67,13 +67,16 @@ class WorkObserver(Protocol):
 class Workspace:
     """Per-test allocations in one memory mode; every buffer it allocates is freed at :meth:`close`."""
 
-    def __init__(self, session: CudaSession, mode: str, nodeid: str = "") -> None:
+    def __init__(
+        self, session: CudaSession, mode: str, nodeid: str = "", *, observers: Sequence[WorkObserver] = ()
+    ) -> None:
+        """``observers`` (Tegra-strict mode, the no-GPU check) are told about everything from the start."""
         self.session = session
         self._mode: MemoryMode = get_mode(mode)
         self.nodeid = nodeid
         self.buffers: list[Buffer] = []
         self.closed = False
-        self.observers: list[WorkObserver] = []
+        self.observers: list[WorkObserver] = list(observers)
         self._kernels: dict[str, Kernel] = {}
 
     # -- facts -------------------------------------------------------------------------------------

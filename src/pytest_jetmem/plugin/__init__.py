@@ -1,4 +1,4 @@
-"""The pytest plugin (entry point ``jetmem``): declares the halves, one per marker, and nothing else.
+"""The pytest plugin (entry point ``jetmem``): declares the halves, one per marker, and the core, nothing else.
 
 - :mod:`~pytest_jetmem.plugin.memmode`: ``@pytest.mark.memmode``, ``--jetmem-modes``, the fixtures, the header;
 - :mod:`~pytest_jetmem.plugin.runtime`: ``@pytest.mark.memmode_runtime``, baselines and the regression gate;
@@ -14,6 +14,9 @@ They share :mod:`~pytest_jetmem.plugin.options` (the option group and the option
 :mod:`~pytest_jetmem.plugin.markers` (marker names, validation), :mod:`~pytest_jetmem.plugin.sessions`
 (the per-session objects in ``config.stash``) and more shared modules; no half imports another (pytest marks
 each half for assertion rewriting just before importing it, and warns about one that is already imported).
+
+:mod:`~pytest_jetmem.plugin.core` holds a test's life in order (plan, runner, judge, publish: the one
+``pytest_pyfunc_call`` and ``pytest_runtest_makereport``); it imports the halves, so it comes last.
 """
 
 from __future__ import annotations
@@ -27,4 +30,5 @@ pytest_plugins = [
     "pytest_jetmem.plugin.against",
     "pytest_jetmem.plugin.nogpu",
     "pytest_jetmem.plugin.relay",
+    "pytest_jetmem.plugin.core",  # last: it imports the halves above
 ]

@@ -20,14 +20,13 @@ once, that nothing was compared with the base and why.
 
 from __future__ import annotations
 
-import contextlib
 import io
 import os
 import shutil
 import subprocess
 import tarfile
 import tempfile
-from collections.abc import Generator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -84,6 +83,9 @@ def pytest_configure(config: pytest.Config) -> None:
     side = os.environ.pop(SIDE_ENV, None)
     if side is not None and isinstance(driven, DrivenChild):
         config.stash[_CHILD] = AgainstChild.from_environment(config, int(side), driven)
+        from pytest_jetmem.plugin.handles import extras
+
+        extras(config).duet = lambda: paired_duet(config)  # each jetmem handle is built with it
         return
     ref = options.get_str(config, "against")
     if ref is None:
@@ -260,18 +262,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         run_in_children_only(item)
 
 
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, Any]:
-    """Without a GPU, a GPU test skipped in the parent says that it was not compared with the base, and why."""
-    report = yield
+def note_not_compared(item: pytest.Item, report: pytest.TestReport) -> None:
+    """Without a GPU, a GPU test skipped in the parent says that it was not compared with the base, and why (a step
+    of :mod:`~pytest_jetmem.plugin.core`'s ``pytest_runtest_makereport``)."""
     parent = item.config.stash.get(_PARENT, None)
     longrepr = report.longrepr
     if parent is None or parent.no_gpu is None or not report.skipped or hasattr(report, "wasxfail"):
-        return report
+        return
     if isinstance(longrepr, tuple) and len(longrepr) == 3 and _uses_gpu(item):
         path, line, reason = longrepr
         report.longrepr = (path, line, f"{reason}; {parent.not_compared()}")
-    return report
 
 
 def _uses_gpu(item: pytest.Item) -> bool:
@@ -279,18 +279,35 @@ def _uses_gpu(item: pytest.Item) -> bool:
     return bool({"jetmem", "memmode", "jetmem_device"} & set(getattr(item, "fixturenames", ())))
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
-    parent = pyfuncitem.config.stash.get(_PARENT, None)
+class InTurns:
+    """The runner of a test under ``--jetmem-against`` (in the parent, with a GPU): its body runs in the base's and
+    the change's child sessions at once, and the paired rounds are judged here (:mod:`~pytest_jetmem.plugin.core`
+    calls it)."""
+
+    in_process = False
+
+    def __init__(self, parent: AgainstParent) -> None:
+        self.parent = parent
+
+    def run(self, item: pytest.Function, body: Callable[[], object]) -> None:
+        parent = self.parent
+        try:
+            change, base = parent.run(item)
+        except (RuntimeError, OSError, ValueError) as exc:
+            parent.error = str(exc)
+            pytest.fail(f"{item.nodeid}: --jetmem-against={parent.ref}: {exc}", pytrace=False)
+        judge(item, parent, change, base)
+
+    def settle(self, item: pytest.Function) -> None:
+        return None
+
+
+def runner(item: pytest.Function) -> InTurns | None:
+    """``--jetmem-against``'s runner for ``item`` (None: not the parent of an against run, or no GPU here)."""
+    parent = item.config.stash.get(_PARENT, None)
     if parent is None or parent.no_gpu is not None:
         return None
-    try:
-        change, base = parent.run(pyfuncitem)
-    except (RuntimeError, OSError, ValueError) as exc:
-        parent.error = str(exc)
-        pytest.fail(f"{pyfuncitem.nodeid}: --jetmem-against={parent.ref}: {exc}", pytrace=False)
-    judge(pyfuncitem, parent, change, base)
-    return True
+    return InTurns(parent)
 
 
 def judge(item: pytest.Function, parent: AgainstParent, change: dict[str, Any], base: dict[str, Any] | None) -> None:
@@ -442,17 +459,10 @@ class AgainstChild:
         return {"integrated": info.integrated if info is not None else None}
 
 
-@pytest.hookimpl(hookwrapper=True)
-def pytest_fixture_setup(
-    fixturedef: pytest.FixtureDef[Any], request: pytest.FixtureRequest
-) -> Generator[None, Any, None]:
-    outcome = yield
-    child = request.config.stash.get(_CHILD, None)
-    if child is None or fixturedef.argname != "jetmem" or not child.paired:
-        return
-    from pytest_jetmem.handle import Jetmem
-
-    with contextlib.suppress(BaseException):
-        handle = outcome.get_result()
-        if isinstance(handle, Jetmem):
-            handle.duet = child.duet
+def paired_duet(config: pytest.Config) -> Duet | None:
+    """The channel a ``jetmem`` handle is built with in a child of ``--jetmem-against`` whose test the other side
+    runs too (its ``measure()`` takes turns with the other side's); None otherwise."""
+    child = config.stash.get(_CHILD, None)
+    if child is None or not child.paired:
+        return None
+    return child.duet

@@ -31,7 +31,7 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -119,6 +119,10 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[_STATE] = ConcurrencySession(
         options.get_bool(config, "tegra_strict"), nodeid if isinstance(child, DrivenChild) else None
     )
+    if config.stash[_STATE].tegra_strict:
+        from pytest_jetmem.plugin.handles import extras
+
+        extras(config).observer_factories.append(_strict_observers)
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
@@ -144,16 +148,31 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             run_in_children_only(item)
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
-    state = concurrency_session(pyfuncitem.config)
-    if state.nodeid is not None or options.get_str(pyfuncitem.config, "against") is not None:
-        return None  # a child reports; under --jetmem-against the test runs in the two sides' sessions
-    spec = item_spec(pyfuncitem)
-    if spec is None:
+class IsolatedChild:
+    """The runner of a ``memmode_concurrency`` test: its body runs in a fresh child process, and the test's outcome
+    is the verdict on how that child ended (:mod:`~pytest_jetmem.plugin.core` calls it)."""
+
+    in_process = False
+
+    def __init__(self, spec: ConcurrencySpec, state: ConcurrencySession) -> None:
+        self.spec = spec
+        self.state = state
+
+    def run(self, item: pytest.Function, body: Callable[[], object]) -> None:
+        _run_in_child(item, self.spec, self.state)
+
+    def settle(self, item: pytest.Function) -> None:
         return None
-    _run_in_child(pyfuncitem, spec, state)
-    return True
+
+
+def runner(item: pytest.Function) -> IsolatedChild | None:
+    """The isolated child's runner for ``item`` (None: unmarked, or this process is the child, or the test runs in
+    ``--jetmem-against``'s two sides' sessions)."""
+    state = concurrency_session(item.config)
+    if state.nodeid is not None or options.get_str(item.config, "against") is not None:
+        return None
+    spec = item_spec(item)
+    return IsolatedChild(spec, state) if spec is not None else None
 
 
 def _known_cma(config: pytest.Config) -> int | None:
@@ -201,25 +220,14 @@ def _run_in_child(item: pytest.Function, spec: ConcurrencySpec, state: Concurren
         pytest.fail(verdict.message, pytrace=False)
 
 
-# -- Tegra-strict: enable the tracker on every jetmem handle ------------------------------------------------
+# -- Tegra-strict: a tracker on every jetmem handle ----------------------------------------------------------------
 
 
-@pytest.hookimpl(hookwrapper=True)
-def pytest_fixture_setup(
-    fixturedef: pytest.FixtureDef[Any], request: pytest.FixtureRequest
-) -> Generator[None, Any, None]:
-    outcome = yield
-    if fixturedef.argname != "jetmem" or not concurrency_session(request.config).tegra_strict:
-        return
-    try:
-        handle = outcome.get_result()
-    except BaseException:
-        return
-    from pytest_jetmem.correctness import strict  # here: a run without jetmem tests loads no CUDA layer
-    from pytest_jetmem.cuda.workspace import Workspace
+def _strict_observers(stream: Any, nodeid: str) -> list[Any]:
+    """Under ``--jetmem-tegra-strict``: the tracker each ``jetmem`` handle is built with."""
+    from pytest_jetmem.correctness.strict import TegraStrict  # here: a run without jetmem tests loads no CUDA layer
 
-    if isinstance(handle, Workspace):
-        strict.enable(handle)
+    return [TegraStrict(stream, nodeid)]
 
 
 # -- the child side: report how the test went -----------------------------------------------------------------
@@ -246,14 +254,12 @@ def _device_cma(config: pytest.Config) -> int | None:
     return None if value is None else int(value)
 
 
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, None]:
-    """In a child, on the reports of its test: what the parent judges with besides how the child ended."""
-    outcome = yield
+def tell_parent(item: pytest.Item, call: pytest.CallInfo[None], report: pytest.TestReport) -> None:
+    """In a child, on the reports of its test: what the parent judges with besides how the child ended (a step of
+    :mod:`~pytest_jetmem.plugin.core`'s ``pytest_runtest_makereport``)."""
     state = concurrency_session(item.config)
     if state.target is None or item is not state.target:
         return
-    report: pytest.TestReport = outcome.get_result()
     violation = _found(call.excinfo, TegraStrictError)
     if violation is not None:
         setattr(report, STRICT_VIOLATION, str(violation))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Generator, Iterator
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -181,39 +181,34 @@ def pytest_report_collectionfinish(config: pytest.Config, items: list[pytest.Ite
     return _device_lines(config)
 
 
-@pytest.hookimpl(wrapper=True, tryfirst=True)  # outermost: the runtime half publishes its rows first
-def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> Iterator[Any]:
-    """A ``memmode_runtime`` test whose body returned but whose marker judged nothing fails, saying why."""
-    result = yield
+def check_judged(pyfuncitem: pytest.Function) -> None:
+    """After the runtime judging (a step of :mod:`~pytest_jetmem.plugin.core`): a ``memmode_runtime`` test whose
+    body returned but whose marker judged nothing fails, saying why."""
     mark = pyfuncitem.get_closest_marker(markers.RUNTIME)
     handle = pyfuncitem.funcargs.get("jetmem")
     if mark is None or handle is None or pyfuncitem.get_closest_marker(markers.CONCURRENCY):
-        return result  # unmarked; the body ran elsewhere (--jetmem-against, a memmode_concurrency child)
+        return  # unmarked; the body ran elsewhere (--jetmem-against, a memmode_concurrency child)
     from pytest_jetmem.handle import Jetmem
 
     if not isinstance(handle, Jetmem):
-        return result
+        return
     spec = parse_runtime_marker(mark.args, dict(mark.kwargs), pyfuncitem.nodeid)
     why = nothing_judged(spec, handle.measurements, pyfuncitem.nodeid)
     if why is not None:
         pytest.fail(why, pytrace=False)
-    return result
 
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, Any]:
+def relocate_skip(item: pytest.Item, report: pytest.TestReport) -> None:
     """A skip raised inside pytest-jetmem (no GPU, a mode the device lacks) is reported at the test's location."""
-    report = yield
     longrepr = report.longrepr
     if report.skipped and isinstance(longrepr, tuple) and len(longrepr) == 3:
         path, _, reason = longrepr
         if os.path.abspath(str(path)).startswith(_PACKAGE_DIR + os.sep):
             test_path, line = item.reportinfo()[:2]
             report.longrepr = (os.fspath(test_path), (line or 0) + 1, reason)
-    return report
 
 
 # -- fixtures ----------------------------------------------------------------------------------------
@@ -245,32 +240,36 @@ def memmode(request: pytest.FixtureRequest) -> str:
 @pytest.fixture
 def jetmem(request: pytest.FixtureRequest, memmode: str) -> Iterator[Jetmem]:
     """The per-test handle for this item's memory mode; its buffers are freed at teardown."""
-    from pytest_jetmem.handle import Jetmem
+    from pytest_jetmem.plugin.handles import HandleRecipe, extras, remember
 
     session = device_session(request.config)
+    added = extras(request.config)  # --jetmem-against's channel, --jetmem-tegra-strict's tracker
     if session.cuda is None:  # no GPU (the memmode fixture let it through): see plugin.nogpu
         yield from nogpu_check.check_handle(request, memmode, session.availability(), session.stopping_rule)
         return
-    handle = Jetmem(session.cuda, memmode, request.node.nodeid, session.stopping_rule)
+    nodeid = request.node.nodeid
+    observers = added.observers(session.cuda.device.stream, nodeid)
+    opened = HandleRecipe(session.cuda, session.stopping_rule, added.current_duet()).open(memmode, nodeid, observers)
+    remember(request.node, opened)
     try:
-        yield handle
+        yield opened.handle
     finally:
-        _teardown(session.cuda, handle)
+        _teardown(session.cuda, opened.handle, nodeid)
 
 
-def _teardown(cuda: CudaSession, handle: Jetmem) -> None:
+def _teardown(cuda: CudaSession, handle: Jetmem, nodeid: str) -> None:
     problems = handle.close()
     if not problems:
         return
     sticky = _sticky_error(cuda)
     if sticky is not None:
         cuda.device.mark_broken(
-            f"the CUDA context is unusable after {sticky.name} in {handle.nodeid} "
+            f"the CUDA context is unusable after {sticky.name} in {nodeid} "
             "(a sticky error: CUDA cannot recover in the process that hit it; later GPU tests run in a fresh session)"
         )
         warnings.warn(f"jetmem: {cuda.device.broken}", stacklevel=1)
         return
-    raise AssertionError(f"jetmem teardown of {handle.nodeid}: " + "; ".join(problems))
+    raise AssertionError(f"jetmem teardown of {nodeid}: " + "; ".join(problems))
 
 
 def _sticky_error(cuda: CudaSession) -> CudaError | None:

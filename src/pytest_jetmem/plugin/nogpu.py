@@ -13,8 +13,7 @@ Also here: the ini key ``jetmem_include_dirs`` (include directories for every co
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable
 
 import pytest
 
@@ -33,17 +32,29 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     nogpu_check.close(config)
 
 
-@pytest.hookimpl(wrapper=True, tryfirst=True)
-def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> Iterator[Any]:
-    """Without a GPU: the first operation that needs one skips the test, saying what was checked before it."""
-    check = nogpu_check.check_record(pyfuncitem)
-    if check is None:
-        return (yield)
-    from pytest_jetmem.cuda.nogpu import GpuNeeded  # imported already: the check session raises it
+class NoGpuCheck:
+    """The runner of a test whose ``jetmem`` handle is on the no-GPU check session: its body runs here; the first
+    operation that needs a GPU skips it, saying what was checked before; a body that got through is judged, then
+    skipped the same way (:mod:`~pytest_jetmem.plugin.core` calls :meth:`settle` after the judging)."""
 
-    operation = None
-    try:
-        yield
-    except GpuNeeded as exc:
-        operation = exc.operation
-    pytest.skip(check.summary(operation))
+    in_process = True
+
+    def __init__(self, check: nogpu_check.CheckRecord) -> None:
+        self.check = check
+
+    def run(self, item: pytest.Function, body: Callable[[], object]) -> None:
+        from pytest_jetmem.cuda.nogpu import GpuNeeded  # imported already: the check session raises it
+
+        try:
+            body()
+        except GpuNeeded as exc:
+            pytest.skip(self.check.summary(exc.operation))
+
+    def settle(self, item: pytest.Function) -> None:
+        pytest.skip(self.check.summary(None))
+
+
+def runner(item: pytest.Function) -> NoGpuCheck | None:
+    """The no-GPU check's runner for ``item`` (None: it runs on a GPU, or takes no ``jetmem`` handle)."""
+    check = nogpu_check.check_record(item)
+    return NoGpuCheck(check) if check is not None else None

@@ -134,7 +134,7 @@ _TEST = pytest.StashKey[CheckRecord]()
 def check_handle(request: pytest.FixtureRequest, memmode: str, avail: Availability, rule: Any) -> Iterator[Jetmem]:
     """The ``jetmem`` fixture's body on a machine without a GPU (see :func:`checking`)."""
     from pytest_jetmem.cuda.nogpu import CheckDriver, NoGpuObserver
-    from pytest_jetmem.handle import Jetmem
+    from pytest_jetmem.plugin.handles import HandleRecipe, extras, remember
 
     state = request.config.stash[_STATE]
     session = state.session
@@ -144,12 +144,15 @@ def check_handle(request: pytest.FixtureRequest, memmode: str, avail: Availabili
     drv.reset_counts()
     check = CheckRecord(avail.reason, session.archs, drv, session, len(session.compile_requests))
     request.node.stash[_TEST] = check
-    handle = Jetmem(session, memmode, request.node.nodeid, rule)
-    handle.add_observer(NoGpuObserver(drv))
+    nodeid = request.node.nodeid
+    added = extras(request.config)  # --jetmem-against's channel, --jetmem-tegra-strict's tracker
+    observers = [NoGpuObserver(drv), *added.observers(session.device.stream, nodeid)]
+    opened = HandleRecipe(session, rule, added.current_duet()).open(memmode, nodeid, observers)
+    remember(request.node, opened)
     try:
-        yield handle
+        yield opened.handle
     finally:
-        handle.close()
+        opened.handle.close()
 
 
 def close(config: pytest.Config) -> None:

@@ -16,6 +16,7 @@ import pytest
 if TYPE_CHECKING:  # imported where used: loading the plugin imports neither the handle nor numpy
     from pytest_jetmem.handle import Jetmem
     from pytest_jetmem.measure.timing import Measurement
+    from pytest_jetmem.plugin.handles import OpenHandle
     from pytest_jetmem.plugin.runtime_spec import RuntimeSpec
 
 
@@ -24,7 +25,7 @@ def side_by_side(item: pytest.Function, handle: Jetmem, spec: RuntimeSpec) -> di
     import numpy as np
 
     from pytest_jetmem.cuda.modes import get_mode
-    from pytest_jetmem.measure.stats import ratio_ci
+    from pytest_jetmem.measure.stats import StoppingRule, ratio_ci
     from pytest_jetmem.measure.timing import gpu_lock, run_samples
 
     ref_mode = spec.relative_to
@@ -34,23 +35,24 @@ def side_by_side(item: pytest.Function, handle: Jetmem, spec: RuntimeSpec) -> di
     reason = get_mode(ref_mode).unsupported_reason(handle.device)
     if reason:
         pytest.fail(f"{item.nodeid}: cannot time the reference mode for max_ratio: {reason}", pytrace=False)
-    ref = _rerun_body(item, handle, ref_mode, f"reference run in {ref_mode}")
+    first = _opened(item)
+    ref = _rerun_body(item, ref_mode, f"reference run in {ref_mode}")
     try:
-        if len(ref.measure_calls) != len(handle.measure_calls):
+        if len(ref.calls) != len(first.calls):
             pytest.fail(
-                f"{item.nodeid}: the body called jetmem.measure {len(handle.measure_calls)} times in {handle.mode} "
-                f"but {len(ref.measure_calls)} times in {ref_mode}: max_ratio pairs them by call order",
+                f"{item.nodeid}: the body called jetmem.measure {len(first.calls)} times in {handle.mode} "
+                f"but {len(ref.calls)} times in {ref_mode}: max_ratio pairs them by call order",
                 pytrace=False,
             )
         out = {}
-        for i, (a_call, b_call) in enumerate(zip(handle.measure_calls, ref.measure_calls, strict=True)):
-            a, b = a_call.sampler(handle), b_call.sampler(ref)
+        for i, (a_call, b_call) in enumerate(zip(first.calls, ref.calls, strict=True)):
+            a, b = a_call.sampler(handle), b_call.sampler(ref.handle)
             try:
                 with gpu_lock(handle.device.ordinal):
                     for _ in range(a_call.warmup):
                         a.sample()
                         b.sample()
-                    (sa, _), (sb, _) = run_samples([a, b], handle.stopping_rule)
+                    (sa, _), (sb, _) = run_samples([a, b], first.recipe.stopping_rule or StoppingRule())
             finally:
                 a.close()
                 b.close()
@@ -58,26 +60,33 @@ def side_by_side(item: pytest.Function, handle: Jetmem, spec: RuntimeSpec) -> di
             out[i] = (ratio, lo, hi, float(np.median(sa)), float(np.median(sb)), len(sa))
         return out
     finally:
-        problems = ref.close()
+        problems = ref.handle.close()
         if problems:
             warnings.warn(f"jetmem: reference run of {item.nodeid}: {'; '.join(problems)}", stacklevel=1)
 
 
-def _rerun_body(item: pytest.Function, handle: Jetmem, mode: str, what: str) -> Jetmem:
-    """Run the test body again with a fresh handle in ``mode`` (the caller closes it)."""
-    from pytest_jetmem.handle import Jetmem
+def _opened(item: pytest.Function) -> OpenHandle:
+    """The handle the ``jetmem`` fixture built for ``item``: how it was built and the measure calls it made."""
+    from pytest_jetmem.plugin.handles import opened_of
 
+    opened = opened_of(item)
+    if opened is None:  # the runners run only for items whose jetmem fixture ran
+        raise AssertionError(f"{item.nodeid}: no jetmem handle was built for this item")
+    return opened
+
+
+def _rerun_body(item: pytest.Function, mode: str, what: str) -> OpenHandle:
+    """Run the test body again with a fresh handle in ``mode``, built as the fixture's was (the caller closes it)."""
     _check_rerunnable(item, what)
-    other = Jetmem(handle.session, mode, f"{item.nodeid} ({what})", handle.stopping_rule)
-    other.duet = handle.duet
+    other = _opened(item).recipe.open(mode, f"{item.nodeid} ({what})")
     args = {name: item.funcargs[name] for name in item._fixtureinfo.argnames}
-    args["jetmem"] = other
+    args["jetmem"] = other.handle
     if "memmode" in args:
         args["memmode"] = mode
     try:
         item.obj(**args)
     except BaseException:
-        other.close()
+        other.handle.close()
         raise
     return other
 
@@ -86,7 +95,7 @@ def more_runs(item: pytest.Function, handle: Jetmem, extra: int) -> None:
     """Repeat the body ``extra`` times with fresh allocations; fold each run into the measurements."""
     others: list[list[Measurement]] = []
     for r in range(extra):
-        h = _rerun_body(item, handle, handle.mode, f"run {r + 2}")
+        h = _rerun_body(item, handle.mode, f"run {r + 2}").handle
         try:
             if len(h.measurements) != len(handle.measurements):
                 pytest.fail(

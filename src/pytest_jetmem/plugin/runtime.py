@@ -1,15 +1,16 @@
 """The runtime half of the plugin: ``memmode_runtime`` assertions, baselines and the regression gate, the report.
 
-Judging happens right after a test body returns (``pytest_pyfunc_call``), so a failed assertion fails that
-item with its figures. Ratios to a reference mode are measured side by side: the body runs again with a
-handle in the reference mode and both modes' work is sampled interleaved (A B A B ...), so a ratio holds
-on a noisy machine, under ``-k`` selecting one mode, and when xdist puts the modes on different workers.
+Judging happens right after a test body returns (:func:`judge_body`, a step of the core's life:
+:mod:`~pytest_jetmem.plugin.core`), so a failed assertion fails that item with its figures. Ratios to a reference
+mode are measured side by side: the body runs again with a handle in the reference mode and both modes' work is
+sampled interleaved (A B A B ...), so a ratio holds on a noisy machine, under ``-k`` selecting one mode, and when
+xdist puts the modes on different workers.
 """
 
 from __future__ import annotations
 
 import warnings
-from collections.abc import Generator, Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -156,15 +157,18 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         )
 
 
-# -- judging -------------------------------------------------------------------------------------------
-@pytest.hookimpl(wrapper=True)
-def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> Iterator[Any]:
-    if "jetmem" in pyfuncitem.funcargs:  # the Jetson's state before the session's first measurement
+# -- judging (steps of the core's life: plugin.core) -----------------------------------------------------------
+def before_body(pyfuncitem: pytest.Function) -> None:
+    """Before a body that takes the ``jetmem`` handle: the Jetson's state before the session's first measurement."""
+    if "jetmem" in pyfuncitem.funcargs:
         _gate(pyfuncitem.config).jetson_state_before()
-    result = yield
+
+
+def judge_body(pyfuncitem: pytest.Function) -> None:
+    """After a body that ran in this process returned: extra runs, then its measurements judged and published."""
     handle = pyfuncitem.funcargs.get("jetmem")
     if handle is None:
-        return result
+        return
     from pytest_jetmem.handle import Jetmem
 
     if isinstance(handle, Jetmem) and handle.measurements:
@@ -180,7 +184,6 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> Iterator[Any]:
         failures = _judge(pyfuncitem, handle, spec)
         if failures:
             pytest.fail("\n".join(failures), pytrace=False)
-    return result
 
 
 def _no_baseline(name: str, path: object) -> NotCompared:
@@ -294,16 +297,12 @@ def _judge(item: pytest.Function, handle: Jetmem, spec: RuntimeSpec | None) -> l
     return failures
 
 
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(
-    item: pytest.Item, call: pytest.CallInfo[None]
-) -> Generator[None, pytest.TestReport, pytest.TestReport]:
-    report = yield
+def publish(item: pytest.Item, call: pytest.CallInfo[None], report: pytest.TestReport) -> None:
+    """On the call report: the records judged for ``item`` (they travel with it: xdist, a relay, a child)."""
     if call.when == "call":
         records = published_records(item)
         if records:
             attach_records(report, records)
-    return report
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

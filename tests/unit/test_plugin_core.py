@@ -1,0 +1,77 @@
+"""plugin.core: a test's life in one place (plan, runner, judge, publish), and pytest's own call of the body.
+
+pytester runs against the fake driver (see test_plugin_rerun.py); nothing here asserts on wall-clock time.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+import pytest_jetmem.plugin as plugin
+from runtime_fixtures import _module_kernel_cache, _no_user_device_choice, jetmem_kernel_cache  # noqa: F401
+from runtime_runs import InstallFake, inner, outcomes
+
+PLUGIN_DIR = Path(plugin.__file__).parent
+
+
+def _module_hooks(name: str) -> dict[str, list[str]]:
+    """Module -> its module-level functions named ``name`` (hook implementations, not a plugin class's methods)."""
+    found: dict[str, list[str]] = {}
+    for path in sorted(PLUGIN_DIR.glob("*.py")):
+        tree = ast.parse(path.read_text())
+        hits = [n.name for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name]
+        if hits:
+            found[path.stem] = hits
+    return found
+
+
+@pytest.mark.parametrize("hook", ["pytest_pyfunc_call", "pytest_runtest_makereport"])
+def test_the_core_holds_the_one_implementation_of_a_tests_life(hook: str) -> None:
+    assert _module_hooks(hook) == {"core": [hook]}
+
+
+def test_the_core_is_registered_after_the_halves_it_imports() -> None:
+    assert plugin.pytest_plugins[-1] == "pytest_jetmem.plugin.core"
+
+
+CONFTEST = """
+def pytest_pyfunc_call(pyfuncitem):
+    with open(pyfuncitem.config.rootpath / "calls.txt", "a") as f:
+        f.write(pyfuncitem.name + "\\n")
+"""
+
+
+BODIES = """
+@pytest.mark.memmode("device")
+@pytest.mark.memmode_runtime(max_ms=0.01)
+def test_too_slow(jetmem):
+    jetmem.measure(fill(jetmem), label="fill")
+
+@pytest.mark.memmode("device")
+def test_reported(jetmem):
+    jetmem.measure(fill(jetmem), label="fill")
+
+def test_plain():
+    pass
+"""
+
+
+def test_a_body_run_here_is_pytests_own_call_and_is_judged_after_it(
+    pytester: pytest.Pytester, install_fake_driver: InstallFake
+) -> None:
+    """Another plugin's ``pytest_pyfunc_call`` sees every item once, jetmem's or not; jetmem's are judged after."""
+    install_fake_driver("orin", kernel_ms=0.1)
+    pytester.makeconftest(CONFTEST)
+    pytester.makepyfile(test_c=inner(BODIES))
+    result = pytester.runpytest("-rA")
+    assert outcomes(result) == {
+        "test_too_slow[device]": "FAILED",
+        "test_reported[device]": "PASSED",
+        "test_plain": "PASSED",
+    }
+    result.stdout.fnmatch_lines(["*median above max_ms=0.01*"])
+    calls = (pytester.path / "calls.txt").read_text().split()
+    assert calls == ["test_too_slow[device]", "test_reported[device]", "test_plain"]
