@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from pytest_jetmem.cuda.modes import rank as _mode_rank  # registry order, then modes not registered here
+from pytest_jetmem.cuda.modes import rank as mode_rank  # registry order, then modes not registered here
 from pytest_jetmem.measure.record import MeasurementRecord
 
 TIE = 0.05  # modes within 5% of the fastest median share the win
@@ -76,7 +76,7 @@ def winners(medians: Mapping[str, float], tie: float = TIE) -> list[str]:
     if not finite:
         return []
     best = min(finite.values())
-    return sorted((m for m, v in finite.items() if v <= best * (1 + tie)), key=_mode_rank)
+    return sorted((m for m, v in finite.items() if v <= best * (1 + tie)), key=mode_rank)
 
 
 def _ms(v: float | None) -> str:
@@ -104,7 +104,7 @@ def _groups(rows: Iterable[MeasurementRecord]) -> dict[tuple[str, str], Group]:
 
 def _table(title: str, scope: str, group: Group) -> list[str]:
     cases = sorted(group, key=_natural)
-    modes = sorted({m for by_mode in group.values() for m in by_mode}, key=_mode_rank)
+    modes = sorted({m for by_mode in group.values() for m in by_mode}, key=mode_rank)
     show_case = len(cases) > 1
     cw = max([4, *(len(c) for c in cases)]) if show_case else 0
     mw = max([4, *(len(m) for m in modes)])
@@ -146,7 +146,7 @@ def _verdict(by_mode: Mapping[str, object], win: Sequence[str], medians: Mapping
 def _series_table(scenario: Scenario, scope: str, group: Group) -> list[str]:
     """One row per mode: the first call of each iteration's measurement, then the medians of both phases."""
     iterations = sorted(group, key=_natural)
-    modes = sorted({m for by_mode in group.values() for m in by_mode}, key=_mode_rank)
+    modes = sorted({m for by_mode in group.values() for m in by_mode}, key=mode_rank)
     touched = [it for i, it in enumerate(iterations) if i < scenario.touched]
     untouched = [it for it in iterations if it not in touched]
     mw = max([4, *(len(m) for m in modes)])
