@@ -16,13 +16,13 @@ import shutil
 import subprocess
 import sys
 import textwrap
-import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from duet_runs import run_sides
 from fakes.fake_driver import conftest_source
 from pytest_jetmem.cuda import driver
 from pytest_jetmem.errors import CudaUnavailable
@@ -158,26 +158,6 @@ def test_against_a_gpu_side_that_skips_inside_its_measurement_leaves_the_other_t
 
 
 # -- item 2: the duet when one side stops inside a measurement ------------------------------------------------
-def _pair(channel: Path, base: Callable[[Duet], Any], change: Callable[[Duet], Any]) -> dict[int, Any]:
-    results: dict[int, Any] = {}
-
-    def side(index: int, body: Callable[[Duet], Any]) -> None:
-        duet = Duet(channel, index, timeout_s=5)
-        try:
-            results[index] = body(duet)
-        except BaseException as exc:  # looked at by the test
-            results[index] = exc
-        finally:
-            duet.close()
-
-    threads = [threading.Thread(target=side, args=(i, b)) for i, b in ((BASE, base), (CHANGE, change))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(30)
-    return results
-
-
 class Stopped(Exception):
     """What a side's test raised inside a measurement (a skip, a failure)."""
 
@@ -221,7 +201,7 @@ def test_a_side_that_stops_inside_the_turns_leaves_the_other_to_go_on_alone(
     tmp_path: Path, stopping: int, where: str
 ) -> None:
     sides = {side: _side(where if side == stopping else None) for side in (BASE, CHANGE)}
-    results = _pair(make_channel(tmp_path), sides[BASE], sides[CHANGE])
+    results = run_sides(make_channel(tmp_path), sides[BASE], sides[CHANGE])
     assert results[stopping] == ["stopped", ("paired", 1)]
     other = results[1 - stopping]
     assert other == [("rounds", 3, True), ("paired", 1)]  # its own 3 batches, alone once the peer left

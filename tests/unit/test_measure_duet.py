@@ -5,38 +5,15 @@ Two threads stand in for the two pytest processes; the protocol is the same over
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from duet_runs import run_pair
 from pytest_jetmem.errors import JetmemError
 from pytest_jetmem.measure.duet import BASE, CHANGE, Duet, DuetError, make_channel
-
-
-def run_pair(channel: Path, base: Callable[[Duet], Any], change: Callable[[Duet], Any]) -> tuple[Any, Any]:
-    results: dict[int, Any] = {}
-    errors: list[BaseException] = []
-
-    def side(index: int, body: Callable[[Duet], Any]) -> None:
-        duet = Duet(channel, index, timeout_s=5)
-        try:
-            results[index] = body(duet)
-        except BaseException as exc:  # re-raised in the test
-            errors.append(exc)
-        finally:
-            duet.close()
-
-    threads = [threading.Thread(target=side, args=(i, b)) for i, b in ((BASE, base), (CHANGE, change))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(30)
-    if errors:
-        raise errors[0]
-    return results[BASE], results[CHANGE]
 
 
 def one_call(duet: Duet, seq: int, label: str, done_after: int, log: list[tuple[Any, ...]]) -> Any:
