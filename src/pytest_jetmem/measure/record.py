@@ -18,7 +18,8 @@ and, where they apply: ``run_rounds`` (measured in turns), ``clocks`` and ``thro
 ``ratio``, ``ratio_ci``, ``relative_to``, ``reference_median`` (a side-by-side ratio), ``baseline`` with
 ``baseline_change_pct``, ``baseline_ci``, ``baseline_unit``, ``baseline_reason`` (a comparison) or with
 ``baseline_note`` (why nothing was compared: :class:`NotComparedWhy`), ``against`` and ``base_samples``
-(``--jetmem-against``). Readers ignore keys they do not know; a change of meaning bumps :data:`RECORD_VERSION`.
+(``--jetmem-against``), ``um_counters`` (unified-memory counters, :mod:`pytest_jetmem.measure.counters`).
+Readers ignore keys they do not know; a change of meaning bumps :data:`RECORD_VERSION`.
 An object without ``"version"`` (written before records were versioned) holds version 1's keys.
 
 GPU-free and pytest-free.
@@ -35,6 +36,7 @@ from typing import TYPE_CHECKING
 
 from pytest_jetmem.errors import RecordError, RecordVersionError
 from pytest_jetmem.measure.compare import Comparison, Verdict
+from pytest_jetmem.measure.counters import UnifiedMemoryCounters
 from pytest_jetmem.validate import is_int, is_number
 
 if TYPE_CHECKING:
@@ -231,6 +233,8 @@ class MeasurementRecord:
     statistics: Statistics
     conditions: Conditions
     judgement: Judgement
+    #: Unified-memory counters (bytes migrated, page faults) where they were measured; None: not measured.
+    counters: UnifiedMemoryCounters | None = None
 
     @property
     def nodeid(self) -> str:
@@ -280,6 +284,8 @@ class MeasurementRecord:
             out["clocks"] = cond.clocks.to_json()
         if cond.throttled:
             out["throttled"] = list(cond.throttled)
+        if self.counters is not None:
+            out["um_counters"] = self.counters.to_json()
         if judge.ratio is not None:
             out.update(
                 ratio=judge.ratio.ratio,
@@ -349,7 +355,9 @@ class MeasurementRecord:
             clocks=Clocks.from_json(raw_clocks) if raw_clocks else None,
             throttled=_strs(obj.get("throttled", []), "throttled"),
         )
-        return cls(identity, stats, conditions, _judgement(obj))
+        raw_counters = obj.get("um_counters")
+        counters = UnifiedMemoryCounters.from_json(raw_counters) if raw_counters is not None else None
+        return cls(identity, stats, conditions, _judgement(obj), counters)
 
 
 def _judgement(obj: JsonObject) -> Judgement:
@@ -420,6 +428,7 @@ class RecordBuilder:
     ratio: SideBySide | None = None
     baseline: BaselineComparison | NotCompared | None = None
     against: Against | None = None
+    counters: UnifiedMemoryCounters | None = None
 
     @classmethod
     def measured(cls, nodeid: str, m: Measurement) -> RecordBuilder:
@@ -452,13 +461,20 @@ class RecordBuilder:
         identity = record.identity if nodeid is None else replace(record.identity, nodeid=nodeid)
         judge = record.judgement
         return cls(
-            identity, record.statistics, record.conditions, judge.verdict, judge.ratio, judge.baseline, judge.against
+            identity,
+            record.statistics,
+            record.conditions,
+            judge.verdict,
+            judge.ratio,
+            judge.baseline,
+            judge.against,
+            record.counters,
         )
 
     def build(self, default: RecordVerdict = RecordVerdict.REPORTED) -> MeasurementRecord:
         """The record, with verdict ``default`` where none was decided."""
         judgement = Judgement(self.verdict or default, self.ratio, self.baseline, self.against)
-        return MeasurementRecord(self.identity, self.statistics, self.conditions, judgement)
+        return MeasurementRecord(self.identity, self.statistics, self.conditions, judgement, self.counters)
 
 
 # -- reading JSON values -----------------------------------------------------------------------------------------
