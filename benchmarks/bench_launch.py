@@ -20,6 +20,7 @@ from collections.abc import Callable
 import numpy as np
 
 from pytest_jetmem import kernels, open_handle
+from pytest_jetmem.cuda.workspace import workspace_of
 
 EMPTY = r"""
 extern "C" __global__ void empty(const float* in, float* out, float a, int n) { }
@@ -82,7 +83,7 @@ def main() -> None:
 
         from cuda.bindings import driver as cu  # the floor: the same launch with nothing around it
 
-        func = jm.function(k.compiled)
+        func = workspace_of(jm).function(k.compiled)  # the handle's workspace loads the CUfunction
         holders = [np.array([x.ptr], np.uint64), np.array([y.ptr], np.uint64), np.array([2.0], np.float32)]
         holders.append(np.array([1024], np.int32))
         table = np.array([h.ctypes.data for h in holders], np.uint64)

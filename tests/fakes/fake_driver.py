@@ -30,9 +30,23 @@ What it models, and checks the way the driver would:
   ``host``) their own cost, the largest of the kinds they touch: e.g. ``kind_ms={"host": 0.05}`` makes
   kernels on zero-copy memory five times slower than ``kernel_ms=0.01``. The cost a launch took is kept
   in ``launch_costs`` (one per ``launches`` entry).
-- Profiles: ``orin`` (Jetson AGX Orin: INTEGRATED=1, CONCURRENT_MANAGED_ACCESS=0), ``dgpu``,
-  ``orin_no_map_host`` (CAN_MAP_HOST_MEMORY=0), ``orin_no_managed`` (MANAGED_MEMORY=0), and the
-  unavailable machines ``no_driver``, ``no_device``, ``no_nvrtc``.
+- Pageable host memory of the process (``pageable_alloc``/``pageable_free``, what the real backend maps with ``mmap``):
+  kind ``pageable``, zero-filled, needing no CUDA context. Kernels and copies reach it only where the profile
+  reports PAGEABLE_MEMORY_ACCESS=1 or while it is registered (``cuMemHostRegister`` with DEVICEMAP, only where
+  HOST_REGISTER_SUPPORTED=1); ``kind_ms`` calls registered pages ``registered``, the others ``pageable``.
+  Pages given back while still registered are listed in ``freed_while_registered``.
+- Devices: ``devices=2`` gives the driver two devices of the profile (ordinals 0 and 1), each with its own primary
+  context; ``device_names=[...]`` one device per name, each reporting its own name (what a test that models
+  ``CUDA_VISIBLE_DEVICES`` passes: the driver numbers the visible devices from 0, in the order listed).
+- Profiles (:data:`PROFILES`), the devices whose memory-mode support and Tegra rules the CPU tests check, each
+  with the CUDA for Tegra application note's section (https://docs.nvidia.com/cuda/cuda-for-tegra-appnote/)
+  behind its values: ``orin`` (Jetson AGX Orin: INTEGRATED=1, CONCURRENT_MANAGED_ACCESS=0 ("Effective Usage of
+  Unified Memory on Tegra"), PAGEABLE_MEMORY_ACCESS=0, I/O coherent so HOST_REGISTER_SUPPORTED=1 ("I/O
+  Coherency")), ``thor`` (Jetson Thor: INTEGRATED=1, CONCURRENT_MANAGED_ACCESS=1 and PAGEABLE_MEMORY_ACCESS=1
+  ("Sysmem Full Coherency")), ``h100`` (the discrete H100: CONCURRENT_MANAGED_ACCESS=1, PAGEABLE_MEMORY_ACCESS=0,
+  HOST_REGISTER_SUPPORTED=1), ``dgpu`` (a desktop card), ``orin_no_map_host`` (CAN_MAP_HOST_MEMORY=0),
+  ``orin_no_managed`` (MANAGED_MEMORY=0), and the unavailable machines ``no_driver``, ``no_device``,
+  ``no_nvrtc``.
 """
 
 from __future__ import annotations
@@ -41,7 +55,7 @@ import ctypes
 import itertools
 import struct
 import textwrap
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -131,6 +145,9 @@ _COMMON = {
     "PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES": 0,
     "DIRECT_MANAGED_MEM_ACCESS_FROM_HOST": 0,
     "HOST_NATIVE_ATOMIC_SUPPORTED": 0,
+    "HOST_REGISTER_SUPPORTED": 1,
+    # pytest-jetmem always asks cuMemHostGetDevicePointer for registered memory, so this value changes nothing
+    "CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM": 0,
 }
 
 ORIN = Profile(
@@ -166,8 +183,47 @@ DGPU = Profile(
     driver_version=12080,
 )
 
+THOR = Profile(
+    name="thor",
+    device_name="NVIDIA Thor",
+    attributes={
+        **_COMMON,
+        "COMPUTE_CAPABILITY_MAJOR": 11,
+        "COMPUTE_CAPABILITY_MINOR": 0,
+        "MULTIPROCESSOR_COUNT": 20,
+        "INTEGRATED": 1,
+        "CAN_MAP_HOST_MEMORY": 1,
+        "MANAGED_MEMORY": 1,
+        "CONCURRENT_MANAGED_ACCESS": 1,
+        "PAGEABLE_MEMORY_ACCESS": 1,
+    },
+    total_mem=128 << 30,
+    driver_version=13000,
+)
+
+H100 = Profile(
+    name="h100",
+    device_name="NVIDIA H100 80GB HBM3",
+    attributes={
+        **_COMMON,
+        "COMPUTE_CAPABILITY_MAJOR": 9,
+        "COMPUTE_CAPABILITY_MINOR": 0,
+        "MULTIPROCESSOR_COUNT": 132,
+        "L2_CACHE_SIZE": 50 << 20,
+        "INTEGRATED": 0,
+        "CAN_MAP_HOST_MEMORY": 1,
+        "MANAGED_MEMORY": 1,
+        "CONCURRENT_MANAGED_ACCESS": 1,
+        "PAGEABLE_MEMORY_ACCESS": 0,
+    },
+    total_mem=80 << 30,
+    driver_version=13000,
+)
+
 PROFILES: dict[str, Profile] = {
     "orin": ORIN,
+    "thor": THOR,
+    "h100": H100,
     "dgpu": DGPU,
     "orin_no_map_host": replace(
         ORIN, name="orin_no_map_host", attributes={**ORIN.attributes, "CAN_MAP_HOST_MEMORY": 0}
@@ -202,6 +258,8 @@ API_CALLS = frozenset(
         "cuMemHostAlloc",
         "cuMemHostGetDevicePointer",
         "cuMemFreeHost",
+        "cuMemHostRegister",
+        "cuMemHostUnregister",
         "cuMemcpyHtoD",
         "cuMemcpyHtoDAsync",
         "cuMemcpyDtoH",
@@ -238,6 +296,9 @@ MEM_ADVICE = frozenset(
     }
 )
 ALIGNMENT = 256  # cuMemAlloc's guarantee
+PAGE = 4096  # pageable_alloc's alignment (mmap's)
+#: What ``kind_ms`` may price: the allocation kinds, registered pageable memory apart.
+ACCESS_KINDS = ("device", "managed", "host", "registered", "pageable")
 FREED_FILL = 0xDD
 
 
@@ -256,7 +317,9 @@ class Call:
 
 @dataclass
 class FakeAllocation:
-    """One allocation: ``kind`` is ``device`` (cuMemAlloc), ``managed`` or ``host`` (cuMemHostAlloc)."""
+    """One allocation: ``kind`` is ``device`` (cuMemAlloc), ``managed``, ``host`` (cuMemHostAlloc) or ``pageable``
+    (the process's own memory: ``pageable_alloc``; ``ordinal`` -1, ``registered`` its cuMemHostRegister flags while
+    registered, on device ``registered_on``)."""
 
     kind: str
     ptr: int
@@ -267,6 +330,13 @@ class FakeAllocation:
     valid: bool = True  # False once its context is gone
     attach: int = 0  # managed: the MEM_ATTACH_* flag it is attached with
     serial: int = 0  # order of allocation within the fake
+    registered: int | None = None  # pageable: the cuMemHostRegister flags while registered
+    registered_on: int = -1  # pageable: the device ordinal of the context that registered it
+
+    @property
+    def access_kind(self) -> str:
+        """``kind``, except that registered pageable memory is ``registered`` (the kinds ``kind_ms`` prices)."""
+        return "registered" if self.kind == "pageable" and self.registered is not None else self.kind
 
     def contains(self, ptr: int, nbytes: int) -> bool:
         return self.ptr <= ptr and ptr + nbytes <= self.ptr + self.nbytes
@@ -360,6 +430,7 @@ class FakeDriver:
         *,
         attributes: dict[str, int] | None = None,
         device_name: str | None = None,
+        device_names: Sequence[str] | None = None,
         total_mem: int | None = None,
         free_mem: int | None = None,
         mem_info_shortfall: int = 0,
@@ -396,13 +467,19 @@ class FakeDriver:
         self.version = profile.driver_version if driver_version is None else driver_version
         self.has_driver = has_driver
         self.devices = devices
+        #: one name per device (cuDeviceGetName of ordinal i), or None: every device is ``device_name_str``
+        self.device_names = None if device_names is None else tuple(device_names)
+        if self.device_names is not None:
+            if not self.device_names or not all(isinstance(n, str) and n for n in self.device_names):
+                raise ValueError(f"device_names: expected one non-empty name per device, got {device_names!r}")
+            self.devices = len(self.device_names)
         self.has_nvrtc = has_nvrtc
         self.kernel_ms = kernel_ms
         # NVML's view (SM MHz, max SM MHz, slowdown reasons); None: no NVML, as on a Jetson
         self.clocks = clocks
-        unknown_kinds = sorted(set(kind_ms or {}) - {"device", "managed", "host"})
+        unknown_kinds = sorted(set(kind_ms or {}) - set(ACCESS_KINDS))
         if unknown_kinds:
-            raise ValueError(f"kind_ms: unknown allocation kind(s) {unknown_kinds}; expected device, managed, host")
+            raise ValueError(f"kind_ms: unknown allocation kind(s) {unknown_kinds}; expected {', '.join(ACCESS_KINDS)}")
         self.kind_ms: dict[str, float] = dict(kind_ms or {})
         self.backing_limit = backing_limit
         self.poison = poison
@@ -410,6 +487,7 @@ class FakeDriver:
         self.calls: list[Call] = []
         self.live: dict[int, FakeAllocation] = {}
         self.freed: list[FakeAllocation] = []
+        self.freed_while_registered: list[FakeAllocation] = []  # pages given back before cuMemHostUnregister
         self.launches: list[Launch] = []
         self.launch_costs: list[float] = []  # virtual ms each launch advanced its stream's clock by
         self.compiles: list[tuple[str, tuple[str, ...]]] = []
@@ -471,7 +549,7 @@ class FakeDriver:
             if len(raw) == 8:
                 alloc = self._device_allocation(int.from_bytes(raw, "little"), 1)
                 if alloc is not None:
-                    kinds.add(alloc.kind)
+                    kinds.add(alloc.access_kind)
         return kinds
 
     def allocations(self, kind: str | None = None) -> list[FakeAllocation]:
@@ -578,8 +656,16 @@ class FakeDriver:
             if a.valid and a.contains(ptr, max(nbytes, 1)):
                 if a.kind == "host" and not (a.flags & jdriver.MEMHOSTALLOC_DEVICEMAP):
                     return None
+                if a.kind == "pageable" and not self._gpu_reaches_pageable(a):
+                    return None
                 return a
         return None
+
+    def _gpu_reaches_pageable(self, a: FakeAllocation) -> bool:
+        """The GPU may use the process's own pages: registered and mapped, or PAGEABLE_MEMORY_ACCESS=1."""
+        if a.registered is not None and a.registered & jdriver.MEMHOSTREGISTER_DEVICEMAP:
+            return True
+        return bool(self.attributes.get("PAGEABLE_MEMORY_ACCESS"))
 
     def _range(self, call: str, ptr: Any, nbytes: int) -> int:
         p = self._int(call, ptr, "the device pointer")
@@ -615,7 +701,7 @@ class FakeDriver:
         self.freed.append(alloc)
 
     def _free(self) -> int:
-        used = sum(a.nbytes for a in self.live.values() if a.valid and a.kind != "host")
+        used = sum(a.nbytes for a in self.live.values() if a.valid and a.kind in ("device", "managed"))
         return max(self.free_mem - used, 0)
 
     def _destroy_context(self, ctx: _Context) -> None:
@@ -623,6 +709,9 @@ class FakeDriver:
         ctx.generation += 1
         for a in [a for a in self.live.values() if a.ordinal == ctx.ordinal and a.valid]:
             a.valid = False
+        for a in self.live.values():  # the process keeps its pages; their registration ends with the context
+            if a.kind == "pageable" and a.registered_on == ctx.ordinal:
+                a.registered, a.registered_on = None, -1
         self.sticky = self.sticky_at = None
 
     def _nvrtc(self) -> Any:
@@ -685,8 +774,8 @@ class FakeDriver:
 
     def device_name(self, dev: Any) -> str:
         self._enter("cuDeviceGetName", dev, ctx=False)
-        self._device("cuDeviceGetName", dev)
-        return self.device_name_str
+        ordinal = self._device("cuDeviceGetName", dev)
+        return self.device_name_str if self.device_names is None else self.device_names[ordinal]
 
     def device_total_mem(self, dev: Any) -> int:
         self._enter("cuDeviceTotalMem", dev, ctx=False)
@@ -775,10 +864,62 @@ class FakeDriver:
         p = self._int(call, host_ptr, "the host pointer")
         if not self.attributes.get("CAN_MAP_HOST_MEMORY"):
             raise _fail(call, "CUDA_ERROR_NOT_SUPPORTED")
-        alloc = next((a for a in self.live.values() if a.kind == "host" and a.valid and a.contains(p, 1)), None)
-        if alloc is None or not alloc.flags & jdriver.MEMHOSTALLOC_DEVICEMAP:
+        alloc = next((a for a in self.live.values() if a.valid and a.contains(p, 1)), None)
+        if alloc is not None and alloc.kind == "host" and alloc.flags & jdriver.MEMHOSTALLOC_DEVICEMAP:
+            return p  # unified addressing: the device sees it at the same address
+        mapped = alloc is not None and (alloc.registered or 0) & jdriver.MEMHOSTREGISTER_DEVICEMAP
+        if alloc is not None and alloc.kind == "pageable" and mapped:
+            return p
+        raise _fail(call, "CUDA_ERROR_INVALID_VALUE")
+
+    def mem_host_register(self, host_ptr: int, nbytes: int, flags: int) -> None:
+        call = "cuMemHostRegister"
+        self._enter(call, host_ptr, nbytes, flags)
+        p, n = self._int(call, host_ptr, "the host pointer"), self._size(call, nbytes)
+        if self._int(call, flags, "flags") & ~0xF:  # PORTABLE | DEVICEMAP | IOMEMORY | READ_ONLY
             raise _fail(call, "CUDA_ERROR_INVALID_VALUE")
-        return p  # unified addressing: the device sees it at the same address
+        if not self.attributes.get("HOST_REGISTER_SUPPORTED"):
+            raise _fail(call, "CUDA_ERROR_NOT_SUPPORTED")
+        alloc = next((a for a in self.live.values() if a.valid and a.contains(p, n)), None)
+        if alloc is not None and (alloc.kind != "pageable" or alloc.registered is not None):
+            raise _fail(call, "CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED")  # CUDA's own, or registered twice
+        if alloc is None or alloc.ptr != p:  # the fake registers whole pageable_alloc ranges only
+            raise _fail(call, "CUDA_ERROR_INVALID_VALUE")
+        alloc.registered, alloc.registered_on = int(flags), self._context(call).ordinal
+
+    def mem_host_unregister(self, host_ptr: int) -> None:
+        call = "cuMemHostUnregister"
+        self._enter(call, host_ptr)
+        p = self._int(call, host_ptr, "the host pointer")
+        alloc = self.live.get(p)
+        if alloc is None or alloc.kind != "pageable" or alloc.registered is None:
+            raise _fail(call, "CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED")
+        alloc.registered, alloc.registered_on = None, -1
+
+    # -- the process's own memory (no CUDA call: what the real backend mmaps) --------------------------
+    def pageable_alloc(self, nbytes: int) -> int:
+        self.calls.append(Call("mmap", (nbytes,)))
+        n = jdriver.page_span(self._size("mmap", nbytes))
+        if n > self.backing_limit:
+            raise MemoryError(f"fake: mmap of {n} bytes is over the fake's backing limit {self.backing_limit}")
+        storage = np.zeros(n + PAGE, dtype=np.uint8)
+        start = (-storage.ctypes.data) % PAGE
+        storage = storage[start : start + n]
+        self._serial += 1
+        ptr = storage.ctypes.data
+        self.live[ptr] = FakeAllocation("pageable", ptr, n, 0, -1, storage, serial=self._serial)
+        return ptr
+
+    def pageable_free(self, host_ptr: int, nbytes: int) -> None:
+        self.calls.append(Call("munmap", (host_ptr, nbytes)))
+        alloc = self.live.get(int(host_ptr))
+        if alloc is None or alloc.kind != "pageable" or alloc.nbytes != jdriver.page_span(nbytes):
+            raise OSError(22, f"fake: munmap of 0x{int(host_ptr):x} (+{nbytes} bytes): not a pageable_alloc range")
+        if alloc.registered is not None:
+            self.freed_while_registered.append(alloc)
+        del self.live[alloc.ptr]
+        alloc.storage.fill(FREED_FILL)
+        self.freed.append(alloc)
 
     def mem_free_host(self, host_ptr: int) -> None:
         self._enter("cuMemFreeHost", host_ptr)

@@ -1,23 +1,11 @@
-"""A user's test file, as DESIGN.md shows it, run through pytest on the GPU: it passes in every mode."""
+"""A user's test file, the quickstart's (docs/quickstart.md) and one more test, run through pytest on the GPU: it
+passes in every mode."""
 
-USER_FILE = '''
-import numpy as np, pytest
+from quickstart import quickstart_test_file
 
-SRC = r"""
-extern "C" __global__ void scale(const float* x, float* y, float a, int n) {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) y[i] = a * x[i];
-}
-"""
-
-@pytest.mark.memmode
-def test_scale(jetmem):
-    x = jetmem.array(np.arange(1 << 20, dtype=np.float32))
-    y = jetmem.empty_like(x)
-    k = jetmem.compile(SRC, "scale")
-    k.launch(grid=(1024,), block=(1024,), args=(x, y, np.float32(2), np.int32(x.size)))
-    jetmem.synchronize()
-    np.testing.assert_array_equal(y.to_numpy(), 2 * x.to_numpy())
+USER_FILE = (
+    quickstart_test_file()
+    + """
 
 @pytest.mark.memmode("device", "managed")
 @pytest.mark.parametrize("a", [0.5, 3.0])
@@ -27,7 +15,8 @@ def test_scale_typed_python_numbers(jetmem, memmode, a):
     jetmem.compile(SRC, "scale").launch(4, 256, (x, y, a, 1000))   # plain numbers take the declared types
     assert y.mode == memmode
     np.testing.assert_array_equal(y.to_numpy(), a)
-'''
+"""
+)
 
 
 def test_user_file_passes_in_every_mode(pytester, jetmem_device, tmp_path):

@@ -21,6 +21,7 @@ from pytest_jetmem.cuda import driver
 from pytest_jetmem.cuda.compiler import KernelCache
 from pytest_jetmem.cuda.device import open_device
 from pytest_jetmem.cuda.session import CudaSession
+from pytest_jetmem.cuda.workspace import Workspace
 from pytest_jetmem.handle import Jetmem
 
 
@@ -63,9 +64,9 @@ def jm(fake: FakeDriver, tmp_path: Path) -> Iterator[Jetmem]:
     avail = open_device()
     assert avail.ok and avail.device is not None, avail.reason
     session = CudaSession(avail.device, KernelCache(tmp_path / "kernels"))
-    handle = Jetmem(session, "managed", "test_concurrency.py::strict")
+    workspace = Workspace(session, "managed", "test_concurrency.py::strict")
     try:
-        yield handle
+        yield Jetmem(workspace)
     finally:
-        handle.close()
+        workspace.close()
         session.close()

@@ -21,6 +21,7 @@ from pytest_jetmem.correctness.strict import TegraStrict, TegraStrictError
 from pytest_jetmem.cuda import attach
 from pytest_jetmem.cuda.attachment import Attachment
 from pytest_jetmem.cuda.driver import MEM_ATTACH_GLOBAL, MEM_ATTACH_HOST, MEM_ATTACH_SINGLE
+from pytest_jetmem.cuda.workspace import workspace_of
 from pytest_jetmem.handle import Jetmem
 from pytest_jetmem.measure.timing import Sampler
 
@@ -36,7 +37,7 @@ def test_enable_is_idempotent(jm: Jetmem) -> None:
     assert strict.tracker_of(jm) is None
     t = strict.enable(jm)
     assert strict.enable(jm) is t and strict.tracker_of(jm) is t
-    assert t.default_stream == jm.stream_handle and t.nodeid == jm.nodeid
+    assert t.default_stream == jm.stream_handle and t.nodeid == workspace_of(jm).nodeid
 
 
 def test_busy_after_launch_idle_after_synchronize(jm: Jetmem, tracker: TegraStrict) -> None:
@@ -154,7 +155,7 @@ def test_the_l2_flush_and_the_probe_counters_make_the_stream_busy(jm: Jetmem, tr
     """jetmem's own stream work goes through the workspace too: the timing code's L2 flush (a memset of twice the L2)
     and a coherence probe's counters (two memsets before its kernel)."""
     buf = jm.empty(16)
-    sampler = Sampler(jm, lambda: None, flush_l2=True, block_stream=False)
+    sampler = Sampler(workspace_of(jm), lambda: None, flush_l2=True, block_stream=False)
     try:
         sampler.sample()
     finally:

@@ -84,6 +84,30 @@ def test_bad_jetmem_device_is_a_usage_error_with_the_reason(
     assert fake_driver.count("cuDevicePrimaryCtxRetain") == 0
 
 
+@pytest.mark.parametrize(
+    ("visible", "reason"),
+    [
+        (None, "JETMEM_DEVICE=2: no CUDA device 2: only 2 device(s) present, expected 0 to 1"),
+        (
+            "5,7",
+            "JETMEM_DEVICE=2: no CUDA device 2: only 2 device(s) present, expected 0 to 1 "
+            "(CUDA_VISIBLE_DEVICES='5,7': ordinals number the visible devices, from 0)",
+        ),
+    ],
+    ids=["all-visible", "CUDA_VISIBLE_DEVICES"],
+)
+def test_a_jetmem_device_past_the_devices_says_which_ordinals_there_are(
+    install_fake_driver: InstallFake, monkeypatch: pytest.MonkeyPatch, visible: str | None, reason: str
+) -> None:
+    fake = install_fake_driver("dgpu", devices=2)  # what the driver shows, CUDA_VISIBLE_DEVICES applied
+    monkeypatch.setenv("JETMEM_DEVICE", "2")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    if visible is not None:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    avail = open_device(fake)
+    assert (avail.ok, avail.misconfigured, avail.reason) == (False, True, reason)
+
+
 def test_bad_jetmem_device_is_refused_before_the_driver_is_asked(install_fake_driver: InstallFake) -> None:
     fake = install_fake_driver("no_driver")
     with pytest.MonkeyPatch.context() as mp:

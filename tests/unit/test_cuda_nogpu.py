@@ -20,6 +20,7 @@ from pytest_jetmem.cuda.nogpu import (
     parse_archs,
 )
 from pytest_jetmem.cuda.session import CudaSession
+from pytest_jetmem.cuda.workspace import Workspace, workspace_of
 from pytest_jetmem.errors import CompileError, CudaError, CudaUnavailable, LaunchArgumentError
 from pytest_jetmem.handle import Jetmem
 
@@ -71,9 +72,7 @@ def session(tmp_path: Path) -> Iterator[CudaSession]:
 
 
 def handle(session: CudaSession, mode: str) -> Jetmem:
-    jm = Jetmem(session, mode, f"test[{mode}]")
-    jm.add_observer(NoGpuObserver(session.drv))
-    return jm
+    return Jetmem(Workspace(session, mode, f"test[{mode}]", observers=[NoGpuObserver(session.drv)]))
 
 
 def test_the_session_compiles_for_every_target(session: CudaSession, tmp_path: Path) -> None:
@@ -106,7 +105,7 @@ def test_a_test_runs_up_to_the_first_answer(session: CudaSession, mode: str) -> 
     with pytest.raises(GpuNeeded, match="needs a GPU"):
         y.to_numpy()
     jm.synchronize()
-    assert jm.close() == []
+    assert workspace_of(jm).close() == []
 
 
 def test_timing_needs_a_gpu_after_the_first_call_ran(session: CudaSession) -> None:
@@ -115,7 +114,7 @@ def test_timing_needs_a_gpu_after_the_first_call_ran(session: CudaSession) -> No
     with pytest.raises(GpuNeeded, match="timing GPU work"):
         jm.measure(lambda: kernels.stream(jm, "fill", x, value=1.0))
     assert session.drv.launches == 1  # the blocker's launches are not counted
-    jm.close()
+    workspace_of(jm).close()
 
 
 def test_placeholder_memory_is_checked_like_the_driver_would(session: CudaSession) -> None:
@@ -141,4 +140,4 @@ def test_too_many_threads_per_block_is_an_error(session: CudaSession) -> None:
     x = jm.zeros(4)
     with pytest.raises(CudaError, match="2048 threads per block"):
         jm.compile(SAXPY, "saxpy<float>").launch(1, (32, 64), (x, x, 1.0, 4))
-    jm.close()
+    workspace_of(jm).close()

@@ -34,6 +34,18 @@ def test_fake_kind_ms_charges_launches_by_the_memory_they_touch() -> None:
         FakeDriver("orin", kind_ms={"zero_copy": 1.0})
 
 
+def test_fake_device_names_give_one_device_per_name() -> None:
+    """What tests/unit/test_multi_gpu.py leans on to tell the machine's GPUs apart behind CUDA_VISIBLE_DEVICES."""
+    fake = FakeDriver("dgpu", device_names=["GPU 3", "GPU 1"])
+    fake.init()
+    assert fake.device_count() == 2
+    assert [fake.device_name(fake.device_get(i)) for i in range(2)] == ["GPU 3", "GPU 1"]
+    with pytest.raises(CudaError, match="CUDA_ERROR_INVALID_DEVICE"):
+        fake.device_get(2)
+    with pytest.raises(ValueError, match="device_names: expected one non-empty name per device"):
+        FakeDriver("dgpu", device_names=[])
+
+
 # -- the fake itself: it must fail where the driver would, or the tests above prove little ---------------
 def test_fake_checks_arguments_like_the_driver(fake_driver: FakeDriver) -> None:
     fake = fake_driver

@@ -335,8 +335,8 @@ def test_a_ratio_to_the_tests_only_mode_is_a_collection_error(
         [
             "*test_self.py::test_itself: @pytest.mark.memmode_runtime(max_ratio=1.2, relative_to='device'): the test "
             "runs only in 'device' (@pytest.mark.memmode), so the ratio would compare device with itself and check "
-            "nothing; expected relative_to naming another mode than the test's (managed, zero_copy), or more modes "
-            "in @pytest.mark.memmode*"
+            "nothing; expected relative_to naming another mode than the test's (managed, zero_copy, registered, "
+            "system), or more modes in @pytest.mark.memmode*"
         ]
     )
 
@@ -365,6 +365,26 @@ def test_the_reference_modes_own_item_says_its_ratio_was_not_judged(
     assert row(result, "test_ratio[device]")["verdict"] == "reference, not judged"
     assert row(result, "test_ratio[managed]")["verdict"] == "ok"
     assert row(result, "test_ratio_and_ms[device]")["verdict"] == "ok"  # max_ms judged it
+
+
+def test_a_ratio_below_one_does_not_fail_the_reference_modes_own_item(
+    pytester: pytest.Pytester, install_fake_driver: InstallFake
+) -> None:
+    """max_ratio=0.5: "managed must take at most half of device's time"; device's own ratio is 1 by definition."""
+    install_fake_driver("dgpu", kernel_ms=0.1)
+    pytester.makepyfile(
+        test_ref=inner(
+            """
+            @pytest.mark.memmode("device", "managed")
+            @pytest.mark.memmode_runtime(max_ratio=0.5, relative_to="device")
+            def test_ratio(jetmem):
+                jetmem.measure(fill(jetmem), label="fill")
+            """
+        )
+    )
+    result = pytester.runpytest("-p", "no:cacheprovider", "-rA")
+    assert outcomes(result) == {"test_ratio[device]": "PASSED", "test_ratio[managed]": "FAILED"}, outcomes(result)
+    assert row(result, "test_ratio[device]")["verdict"] == "reference, not judged"
 
 
 # -- item 8: the --jetmem-against clash names only what exists ---------------------------------------------------

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from memmode_runs import InstallFake
+from pytest_jetmem.cuda.workspace import Workspace, workspace_of
 from pytest_jetmem.handle import Jetmem
 
 
@@ -52,16 +53,6 @@ def test_time_gpu_counts_only_the_work_between_its_events(
 _ROOT = Path(__file__).resolve().parents[2]
 _SRC = _ROOT / "src" / "pytest_jetmem"
 
-#: Public names the handle still inherits from ``cuda.workspace.Workspace`` that are CUDA-layer plumbing
-#: (what ``Buffer``, ``Kernel``, the timing code, ``cuda.attach``, ``correctness.coherence`` and
-#: ``correctness.strict`` call on the workspace). Not documented for users; this list may only shrink: moving
-#: them off the handle (a ``Jetmem`` that holds its ``Workspace`` instead of being one) is the follow-up.
-_WORKSPACE_PLUMBING = {
-    "add_observer", "allocatable", "attached", "before_launch", "buffers", "check_host_access", "close",
-    "closed", "flush_l2", "free", "function", "launch_target", "memory_mode", "memset", "nodeid", "observers",
-    "queued", "session", "timer",
-}  # fmt: skip
-
 
 def documented_members() -> set[str]:
     """The names in the member column of the ``jetmem`` table in docs/reference.md."""
@@ -81,11 +72,33 @@ def test_the_documented_table_is_found() -> None:
 
 def test_the_handle_s_public_names_are_the_documented_ones(jm: Jetmem) -> None:
     public = {n for n in dir(jm) if not n.startswith("_")}
-    documented = documented_members()
-    assert documented - public == set(), "documented but missing on the handle"
-    assert public - documented - _WORKSPACE_PLUMBING == set(), "public on the handle but not in docs/reference.md"
-    assert public >= _WORKSPACE_PLUMBING, "plumbing moved off the handle: drop it from _WORKSPACE_PLUMBING"
-    assert not _WORKSPACE_PLUMBING & documented
+    assert public == documented_members(), "the handle's public names differ from docs/reference.md's jetmem table"
+
+
+def test_the_handle_holds_its_workspace_and_is_not_one(jm: Jetmem) -> None:
+    """The CUDA layer's plumbing (observers, teardown, launch targets) stays on the workspace; the functions below
+    the handle that a user passes it to reach the workspace through the ``__jetmem_workspace__`` protocol."""
+    ws = workspace_of(jm)
+    assert not isinstance(jm, Workspace) and isinstance(ws, Workspace)
+    assert workspace_of(ws) is ws
+    assert jm.mode == ws.mode == "managed" and jm.stream_handle == ws.stream_handle and jm.device is ws.device
+    buf = jm.zeros(8)
+    assert buf.owner is ws and jm.live_buffers() == [buf] == ws.live_buffers()
+    assert repr(jm) == repr(ws)
+
+
+def test_a_workspace_method_on_the_handle_says_what_to_use(jm: Jetmem) -> None:
+    buf = jm.zeros(4)
+    with pytest.raises(AttributeError, match=r"no member 'free'; use buf\.free\(\) .*docs/reference\.md"):
+        jm.free(buf)  # type: ignore[attr-defined]
+    with pytest.raises(AttributeError, match=r"no member 'nodeid' \(its members: .*docs/reference\.md\)"):
+        _ = jm.nodeid  # type: ignore[attr-defined]
+    assert not hasattr(jm, "__cuda_array_interface__")  # a dunder probe gets a plain AttributeError, fast
+
+
+def test_workspace_of_names_what_it_got_instead_of_a_handle() -> None:
+    with pytest.raises(TypeError, match=r"expected the jetmem handle .*got 'oops' \(str\)"):
+        workspace_of("oops")  # type: ignore[arg-type]
 
 
 #: Names that hold a ``jetmem`` handle (or the workspace it is) in the package's modules.
@@ -145,7 +158,8 @@ def test_the_scan_finds_a_patched_attribute() -> None:
 
 def test_runner_needs_are_constructor_arguments(jm: Jetmem) -> None:
     """What the plugin used to set on a handle (observers, the --jetmem-against channel, the measure calls'
-    sink) goes to the constructor."""
+    sink) goes to the constructor: the observers to the workspace's, the rest to the handle's."""
     params = inspect.signature(Jetmem).parameters
-    assert {"stopping_rule", "observers", "duet", "on_measure"} <= set(params)
-    assert all(params[n].kind is inspect.Parameter.KEYWORD_ONLY for n in ("observers", "duet", "on_measure"))
+    assert list(params) == ["workspace", "stopping_rule", "duet", "on_measure"]
+    assert all(params[n].kind is inspect.Parameter.KEYWORD_ONLY for n in ("stopping_rule", "duet", "on_measure"))
+    assert inspect.signature(Workspace).parameters["observers"].kind is inspect.Parameter.KEYWORD_ONLY

@@ -23,6 +23,7 @@ OTHER_PLUGIN = """
 def pytest_addoption(parser):
     parser.addoption("--other-value", default=None)
     parser.addoption("--other-flag", action="store_true")
+    parser.addoption("-X", dest="other_x", default=None)  # an upper-case short option that takes a value
 """
 
 
@@ -52,6 +53,10 @@ def parse(pytester: pytest.Pytester) -> Callable[..., pytest.Config]:
         (["--jetmem-against", "."], []),
         (["--basetemp", "/tmp/x", "--rootdir=.", "-c", "tox.ini", "--junitxml", "j.xml"], []),
         (["-s", "--capture=no", "--lf", "--sw", "-n", "2", "--dist", "load", "-v"], ["-v"]),
+        (["-vs", "-sx", "-lsq"], ["-v", "-x", "-lq"]),  # -s inside a bundle is left out as -s alone is
+        (["-ss"], []),
+        (["-rs", "-vrs", "-ks", "-vk", "test_s", "-vWerror", "-Xs"], None),  # s is a value there
+        (["-qsc", "tox.ini", "-vctox.ini"], ["-q", "-v"]),  # -c in a bundle: left out with its value
         (["-v", "--", "test_a.py"], ["-v"]),
     ],
 )
@@ -59,6 +64,62 @@ def test_child_args(parse: Callable[..., pytest.Config], args: list[str], kept: 
     """The parent's own command line less what a child must not get: other plugins' options come along."""
     config = parse(*args)
     assert child_args(config) == [*PLUGIN, "-p", "otherplugin", *(args if kept is None else kept)]
+
+
+@pytest.mark.parametrize(
+    ("bundled", "separate"),
+    [(["-vs"], ["-v", "-s"]), (["-sv"], ["-s", "-v"]), (["-xsv", "-k", "a"], ["-x", "-s", "-v", "-k", "a"])],
+)
+def test_a_bundle_of_short_flags_reaches_a_child_as_the_flags_one_by_one(
+    parse: Callable[..., pytest.Config], bundled: list[str], separate: list[str]
+) -> None:
+    """-vs and -v -s are one command line to pytest, and so to a child: -v comes, -s does not."""
+    one, other = child_args(parse(*bundled)), child_args(parse(*separate))
+    flags = [f for a in one if a.startswith("-") and not a.startswith("--") for f in a[1:]]
+    assert flags == [f for a in other if a.startswith("-") and not a.startswith("--") for f in a[1:]]
+    assert "s" not in flags and "v" in flags
+
+
+# pytest-cov's options as pytest-cov 7 declares them: a stand-in where pytest-cov is not installed.
+COV_STANDIN = """
+def pytest_addoption(parser):
+    group = parser.getgroup("cov")
+    group.addoption("--cov", action="append", default=[], nargs="?", const=True, dest="cov_source")
+    group.addoption("--cov-reset", action="store_const", const=[], dest="cov_source")
+    group.addoption("--cov-report", action="append", default=[])
+    group.addoption("--cov-config", default=".coveragerc")
+    group.addoption("--no-cov-on-fail", action="store_true")
+    group.addoption("--no-cov", action="store_true")
+    group.addoption("--cov-fail-under")
+    group.addoption("--cov-append", action="store_true")
+    group.addoption("--cov-branch", action="store_true")
+    group.addoption("--cov-precision", type=int)
+    group.addoption("--cov-context")
+"""
+
+
+def test_pytest_cov_options_never_reach_a_child(
+    parse: Callable[..., pytest.Config], pytester: pytest.Pytester, tmp_path: Path
+) -> None:
+    """A child runs no coverage controller of its own (it would erase and rewrite the parent's data files, print a
+    report and fail on --cov-fail-under): pytest-cov's options stay with the parent, and --no-cov comes last."""
+    try:
+        import pytest_cov  # noqa: F401
+    except ImportError:  # the stand-in, registered under pytest-cov's plugin name
+        pytester.makepyfile(pytest_cov=COV_STANDIN)
+        loaded: list[str] = ["-p", "pytest_cov"]
+    else:  # the real one: --no-cov first, so that parsing starts no coverage in this process
+        loaded = ["--no-cov"]
+    cov = ["--cov", "--cov=src", "--cov", "pkg", "--cov-report=xml:c.xml", "--cov-report", "term-missing"]
+    cov += ["--cov-config", ".coveragerc", "--cov-fail-under=90", "--cov-append", "--cov-branch", "--cov-reset"]
+    cov += ["--cov-precision", "2", "--cov-context=test", "--no-cov-on-fail"]
+    config = parse(*loaded, *cov, "-x", "--cov", "--other-flag", "test_a.py")
+    assert config.pluginmanager.hasplugin("pytest_cov")
+    kept = child_args(config)
+    assert not [a for a in kept if "cov" in a and a != "pytest_cov"], kept
+    assert kept[-2:] == ["-x", "--other-flag"]  # "--cov" took no value before an option, test_a.py is a file
+    argv = child_argv(config, Path(config.rootpath), tmp_path / "bt", ["test_a.py"])
+    assert argv[-2:] == ["--no-cov", str(Path(config.rootpath) / "test_a.py")]  # also against addopts' --cov
 
 
 def test_parent_only_settings_come_from_the_option_table() -> None:

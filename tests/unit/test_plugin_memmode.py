@@ -192,7 +192,7 @@ def test_no_selection_runs_every_mode(pytester: pytest.Pytester, fake_driver: Fa
     result = pytester.runpytest()
     result.assert_outcomes(passed=6)
     assert "deselected" not in result.parseoutcomes()
-    result.stdout.fnmatch_lines(["jetmem: modes selected: all"])
+    result.stdout.fnmatch_lines(["jetmem: modes selected: as marked"])
 
 
 @pytest.mark.parametrize(
@@ -338,13 +338,13 @@ def test_the_device_is_said_after_collection_and_only_for_jetmem_tests(
     pytester.makepyfile(test_plain="def test_plain():\n    pass\n")
     result = pytester.runpytest("test_plain.py")
     result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines(["jetmem: modes selected: all"])
+    result.stdout.fnmatch_lines(["jetmem: modes selected: as marked"])
     result.stdout.no_fnmatch_line("jetmem: device 0:*")
     assert fake_driver.count("cuInit") == 0  # a run without jetmem tests never opens the device
     pytester.makepyfile(test_gpu=JETMEM_AND_PLAIN)
     result = pytester.runpytest("test_gpu.py")
     result.assert_outcomes(passed=2)
-    result.stdout.fnmatch_lines(["jetmem: modes selected: all", "collected 2 items", "jetmem: device 0: Orin, *"])
+    result.stdout.fnmatch_lines(["jetmem: modes selected: as marked", "collected 2 items", "jetmem: device 0: Orin, *"])
     quiet = pytester.runpytest("-q", "test_gpu.py")  # -q shows no header: no device lines either
     quiet.stdout.no_fnmatch_line("jetmem: device 0:*")
 

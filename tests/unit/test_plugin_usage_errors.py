@@ -303,7 +303,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_help_says_how_modes_are_separated_and_where_the_cache_is(pytester: pytest.Pytester) -> None:
     text = " ".join(" ".join(pytester.runpytest("--help").outlines).split())
-    assert "(comma or space separated: device, managed, zero_copy)" in text
+    assert "(comma or space separated: device, managed, zero_copy, registered, system;" in text
     assert "$JETMEM_CACHE_DIR, else $XDG_CACHE_HOME/pytest-jetmem/kernels, else ~/.cache/pytest-jetmem/kernels" in text
 
 

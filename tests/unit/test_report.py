@@ -251,7 +251,54 @@ def test_report_of_a_session_has_every_row_one_chart_per_test_and_a_json_twin(
     assert [p["label"] for p in pts] == ["run1", "run2", "run3 (this run)"]
     assert pts[0]["median"] < pts[1]["median"] < pts[2]["median"]  # each session was 4% slower
     assert d.tags.get("polyline", 0) == 3 + 2 * 3 * 2 + 2
+
+    # The advice: one per test and measurement measured in two or more modes, on the page and in the twin.
+    advice = twin["advice"]
+    assert advice["device"]["name"] == "Orin" and advice["device"]["kind"] == "integrated"
+    assert advice["confidence"] == 0.99 and advice["equivalence_margin"] == 0.05
+    subjects = [(a["test"], a["key"]) for a in advice["tests"]]
+    assert subjects == [
+        ("test_inner.py::test_fill", "fill:kernel"),
+        ("test_inner.py::test_frames[1]", "fill:kernel"),
+        ("test_inner.py::test_frames[1]", "frame:end_to_end"),
+        ("test_inner.py::test_frames[3]", "fill:kernel"),
+        ("test_inner.py::test_frames[3]", "frame:end_to_end"),
+        ("test_inner.py::test_ratio", "fill:kernel"),
+    ]
+    fill = advice["tests"][0]  # device 0.20 ms, managed 0.24, zero-copy 1.10 (3% jitter): device, clearly
+    assert (fill["pick"], fill["margin"]["mode"]) == ("device", "managed")
+    assert fill["margin"]["ci"][0] > 1.05 and fill["rule"]["verdict"] == "agrees"
+    assert {r["kind"] for r in fill["reasons"]} >= {"uncached_penalty"}
+    assert "<h2>Advice</h2>" in page and page.index("<h2>Advice</h2>") < page.index("<h2>Charts</h2>")
+    assert page.count('<section class="advice">') == 6
+    assert html.escape(fill["summary"]) in page
     assert_offline(page)
+
+
+def test_report_keeps_its_advice_when_the_terminal_section_is_off(
+    pytester: pytest.Pytester, install_fake_driver: InstallFake
+) -> None:
+    timed_fake(install_fake_driver)
+    pytester.makepyfile(test_odd=INNER_ODD)
+    out = pytester.path / "r.html"
+    result = pytester.runpytest("-p", "no:cacheprovider", f"--jetmem-report={out}", "--jetmem-advice=off")
+    assert result.ret == pytest.ExitCode.OK
+    assert not any("jetmem advice" in line for line in result.outlines)
+    advice = json.loads(json_path_for(out).read_text(encoding="utf-8"))["advice"]
+    assert [t["key"] for t in advice["tests"]] == ["<b>odd</b> ünï:kernel"]  # device against managed
+    assert "<h2>Advice</h2>" in out.read_text(encoding="utf-8")
+
+
+def test_report_without_a_test_in_two_modes_has_no_advice(
+    pytester: pytest.Pytester, install_fake_driver: InstallFake
+) -> None:
+    timed_fake(install_fake_driver)
+    pytester.makepyfile(test_one=INNER_ODD.replace('memmode("device", "managed")', 'memmode("device")'))
+    out = pytester.path / "r.html"
+    reprec = pytester.inline_run("-p", "no:cacheprovider", f"--jetmem-report={out}")
+    assert len(rows_of(reprec)) == 1
+    assert json.loads(json_path_for(out).read_text(encoding="utf-8"))["advice"] is None
+    assert "<h2>Advice</h2>" not in out.read_text(encoding="utf-8")
 
 
 def test_report_escapes_odd_test_names(pytester: pytest.Pytester, install_fake_driver: InstallFake) -> None:
@@ -265,6 +312,7 @@ def test_report_escapes_odd_test_names(pytester: pytest.Pytester, install_fake_d
     assert "<script>alert" not in page and "<b>odd</b>" not in page
     assert "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt; &amp; &quot;q&quot; " in page  # pytest escapes ünï
     assert "&lt;b&gt;odd&lt;/b&gt; ünï:kernel" in page
+    assert page.count('<section class="advice">') == 1  # the advice names the test and measurement, escaped
     d = dom(page)
     assert d.tags.get("script", 0) == 1  # only the page's own sorting script
     assert "alert" not in "".join(d.script_text)

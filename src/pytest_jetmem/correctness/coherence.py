@@ -24,11 +24,12 @@ import numpy as np
 
 from pytest_jetmem.cuda import bundled, driver
 from pytest_jetmem.cuda.attach import attach
+from pytest_jetmem.cuda.workspace import workspace_of
 from pytest_jetmem.kernels.reference import coherence_pattern
 
 if TYPE_CHECKING:
     from pytest_jetmem.cuda.buffer import Buffer
-    from pytest_jetmem.cuda.workspace import Workspace
+    from pytest_jetmem.cuda.workspace import Workspace, WorkspaceLike
 
 CHECK, WRITE = 1, 2  # probe kernel flags
 BLOCK = 256
@@ -132,12 +133,13 @@ def host_words(ws: Workspace, buf: Buffer) -> np.ndarray:
     return buf.host.reshape(-1).view(word_dtype(buf.dtype))
 
 
-def cpu_read(ws: Workspace, buf: Buffer, sl: slice = slice(None)) -> np.ndarray:
+def cpu_read(ws: WorkspaceLike, buf: Buffer, sl: slice = slice(None)) -> np.ndarray:
     """A copy of words ``sl`` as the CPU sees them after the mode's synchronisation.
 
     A mode with a host view (managed, zero_copy): wait for jetmem's stream, then read the host view. Other modes
     (device): the mode's host read of the span (a device-to-host copy), after the stream.
     """
+    ws = workspace_of(ws)
     n = word_count(buf)
     rng = _indices(n, sl)
     wdt = word_dtype(buf.dtype)
@@ -153,13 +155,14 @@ def cpu_read(ws: Workspace, buf: Buffer, sl: slice = slice(None)) -> np.ndarray:
     return out[rng[0] - lo :: rng.step]
 
 
-def cpu_write(ws: Workspace, buf: Buffer, values: Any, sl: slice = slice(None)) -> None:
+def cpu_write(ws: WorkspaceLike, buf: Buffer, values: Any, sl: slice = slice(None)) -> None:
     """Write ``values`` (words) to words ``sl`` from the host, the way the mode requires.
 
     A mode with a host view (managed, zero_copy): wait for jetmem's stream (never write host-visible memory the
     GPU may be using), then store through the host view. Other modes (device): the mode's host writes (host-to-
     device copies) after the stream.
     """
+    ws = workspace_of(ws)
     n = word_count(buf)
     rng = _indices(n, sl)
     wdt = word_dtype(buf.dtype)
@@ -180,8 +183,9 @@ def cpu_write(ws: Workspace, buf: Buffer, values: Any, sl: slice = slice(None)) 
     buf.memory_mode.write_host(ws.drv, buf.allocation, chunk, lo * wdt.itemsize)
 
 
-def cpu_touch(ws: Workspace, buf: Buffer, pattern_seed: int | None = None, sl: slice = slice(None)) -> int:
+def cpu_touch(ws: WorkspaceLike, buf: Buffer, pattern_seed: int | None = None, sl: slice = slice(None)) -> int:
     """Write the pattern of ``pattern_seed`` (random if None) to words ``sl`` from the host; return the seed."""
+    ws = workspace_of(ws)
     return _write_pattern(ws, buf, pattern_seed, sl)
 
 
@@ -208,8 +212,9 @@ class Check(NamedTuple):
         return describe_mismatch(buf, what, self.first_bad, self.got, self.expected, self.mismatches, self.checked)
 
 
-def cpu_check(ws: Workspace, buf: Buffer, expect_seed: int, sl: slice = slice(None)) -> Check:
+def cpu_check(ws: WorkspaceLike, buf: Buffer, expect_seed: int, sl: slice = slice(None)) -> Check:
     """Read words ``sl`` on the host (after the mode's synchronisation) and compare with the pattern."""
+    ws = workspace_of(ws)
     n = word_count(buf)
     rng = _indices(n, sl)
     got = cpu_read(ws, buf, sl)
@@ -259,21 +264,23 @@ class PendingProbe:
         return self._done
 
 
-def probe_kernel(ws: Workspace, wdtype: Any) -> Any:
+def probe_kernel(ws: WorkspaceLike, wdtype: Any) -> Any:
     """The probe kernel for ``uint32`` or ``uint8`` words, compiled for the handle's device."""
+    ws = workspace_of(ws)
     name = "jetmem_probe_u32" if np.dtype(wdtype).itemsize == 4 else "jetmem_probe_u8"
     return ws.kernel(name)
 
 
-def result_buffer(ws: Workspace) -> Buffer:
+def result_buffer(ws: WorkspaceLike) -> Buffer:
     """A small device buffer for probe counters (reusable with ``launch_probe(..., result=...)``)."""
+    ws = workspace_of(ws)
     buf = ws.empty(2, np.uint64, mode="device")
     buf.label = "jetmem coherence probe counters"
     return buf
 
 
 def launch_probe(
-    ws: Workspace,
+    ws: WorkspaceLike,
     buf: Buffer,
     expect_seed: int | None = None,
     new_seed: int | None = None,
@@ -287,6 +294,7 @@ def launch_probe(
     ``expect_seed``: check the words against that pattern (None: no check). ``new_seed``: then write
     that pattern (None: no write). ``result``: a counter buffer from :func:`result_buffer` to reuse.
     """
+    ws = workspace_of(ws)
     if expect_seed is None and new_seed is None:
         raise ValueError(f"{buffer_name(buf)}: a probe needs expect_seed, new_seed or both")
     if delay_us < 0:
@@ -325,7 +333,7 @@ def launch_probe(
 
 
 def gpu_touch(
-    ws: Workspace,
+    ws: WorkspaceLike,
     buf: Buffer,
     expect_seed: int | None = None,
     new_seed: int | None = None,
@@ -340,6 +348,7 @@ def gpu_touch(
     ``new_seed`` (None: a fresh random seed; ``write=False``: no write). Returns
     ``GpuTouch(mismatches, first_bad, got, expected, seed)``; ``seed`` is the seed written (or None).
     """
+    ws = workspace_of(ws)
     seed: int | None = None
     if write:
         seed = (fresh_seed(expect_seed) if new_seed is None else new_seed) & 0xFFFFFFFF
@@ -360,14 +369,15 @@ class GpuTouch(NamedTuple):
 
 
 # -- the round trips the marker checks -----------------------------------------------------------------------------
-def prepare(ws: Workspace, buf: Buffer) -> None:
+def prepare(ws: WorkspaceLike, buf: Buffer) -> None:
     """Put a buffer in a state every probe may use: managed memory attached globally again."""
+    ws = workspace_of(ws)
     if buf.memory_mode.is_managed and buf.nbytes:
         attach(ws, buf, driver.MEM_ATTACH_GLOBAL, wait=False)
 
 
 def check_round_trips(
-    ws: Workspace, buf: Buffer, rounds: int = 2, cpu_touch: bool = True, *, delay_us: float = 0
+    ws: WorkspaceLike, buf: Buffer, rounds: int = 2, cpu_touch: bool = True, *, delay_us: float = 0
 ) -> list[str]:
     """Check the round trips of one buffer in its memory mode; return the problems (empty: coherent).
 
@@ -378,6 +388,7 @@ def check_round_trips(
     first half in even ones (the seed-001 experiment of CPU writes between launches); without it the
     CPU only reads between launches, and the next kernel must read what the previous one wrote.
     """
+    ws = workspace_of(ws)
     if rounds < 1:
         raise ValueError(f"rounds must be >= 1, got {rounds!r}")
     n = word_count(buf)

@@ -84,13 +84,16 @@ def judge(
     *,
     tegra_strict: bool = False,
     strict_violation: str | None = None,
+    rule_exempt: str | None = None,
 ) -> ChildVerdict:
     """Decide the item's outcome from the child's ``result``.
 
     ``concurrent_managed_access`` is the device attribute (None: unknown). ``strict_violation`` is the text
     of a :class:`~pytest_jetmem.errors.TegraStrictError` the child raised: with the child failed, it counts
     as an emulated fault. Under ``tegra_strict``, ``expect="auto"`` treats the device as one without
-    concurrent managed access.
+    concurrent managed access. ``rule_exempt``: why the managed-memory rule does not govern the item's memory
+    (its mode is not managed memory, ``MemoryMode.is_managed``; the mode's ``host_rule``): ``expect="auto"``
+    then wants the test to survive on every device.
     """
     if expect not in EXPECTS:
         raise ValueError(f"expect must be one of {EXPECTS}, got {expect!r}")
@@ -102,7 +105,10 @@ def judge(
     emulated = strict_violation is not None and outcome is Outcome.FAILED
     faulted = outcome is Outcome.FAULT or emulated
 
-    if expect == "auto":
+    if expect == "auto" and rule_exempt is not None:
+        want_fault = False
+        head = f"{head} (the managed-memory rule does not apply: {rule_exempt}; so the test must not fault)"
+    elif expect == "auto":
         effective = 0 if tegra_strict else cma
         if effective is None:
             return ChildVerdict(

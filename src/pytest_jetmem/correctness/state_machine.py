@@ -45,7 +45,7 @@ from pytest_jetmem.correctness import strategies as jst
 from pytest_jetmem.cuda import attach as attach_mod
 from pytest_jetmem.cuda import bundled, driver
 from pytest_jetmem.cuda.modes import get_mode
-from pytest_jetmem.cuda.workspace import Workspace, open_workspace
+from pytest_jetmem.cuda.workspace import Workspace, WorkspaceLike, open_workspace, workspace_of
 from pytest_jetmem.errors import JetmemError
 
 if TYPE_CHECKING:
@@ -161,9 +161,11 @@ class CoherenceMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self._stack = contextlib.ExitStack()
-        handle = type(self).jm
-        if handle is None:
+        bound = type(self).jm
+        if bound is None:
             handle = self._stack.enter_context(open_workspace(type(self).mode, nodeid=type(self).__name__))
+        else:
+            handle = workspace_of(bound)  # the jetmem handle's workspace (or a workspace)
         self.jm: Workspace = handle  # type: ignore[misc]  # the instance's handle shadows the class default
         self.model = CoherenceModel()
         self.tracked: list[Tracked] = []
@@ -178,7 +180,7 @@ class CoherenceMachine(RuleBasedStateMachine):
     # -- running --------------------------------------------------------------------------------------------
     @classmethod
     def run_with(
-        cls, jm: Workspace, settings: hypothesis.settings | None = None, **attributes: Any
+        cls, jm: WorkspaceLike, settings: hypothesis.settings | None = None, **attributes: Any
     ) -> type[CoherenceMachine]:
         """Run the machine as a test on handle ``jm``; returns the bound class (``.examples_run`` counts).
 
@@ -189,7 +191,13 @@ class CoherenceMachine(RuleBasedStateMachine):
         unknown = [k for k in attributes if not hasattr(cls, k)]
         if unknown:
             raise TypeError(f"{cls.__name__}.run_with: unknown attribute(s) {', '.join(unknown)}")
-        namespace = {"jm": jm, "mode": jm.mode, "examples_run": 0, "__module__": cls.__module__, **attributes}
+        namespace = {
+            "jm": jm,
+            "mode": workspace_of(jm).mode,
+            "examples_run": 0,
+            "__module__": cls.__module__,
+            **attributes,
+        }
         bound = types.new_class(cls.__name__, (cls,), {}, lambda ns: ns.update(namespace))
         run_state_machine_as_test(bound, settings=settings or default_settings())
         return bound

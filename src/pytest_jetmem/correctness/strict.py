@@ -32,8 +32,13 @@ whatever the handle reports to :meth:`TegraStrict.synchronized`) ends it: work q
 their synchronizations are invisible here. Numpy views taken *before* a launch and used during it cannot be
 caught (docs/concurrency.md, "Views taken before the launch", says why).
 
-Only ``managed`` buffers are checked: ``zero_copy`` memory is pinned host memory that the CPU may use while
-kernels run, and ``device`` memory has no host view.
+Which memory the rule covers is the mode's to say, never its name: buffers whose mode is managed memory
+(``MemoryMode.is_managed``) are checked. The others are not, each for a reason the sources give: ``zero_copy``
+and ``registered`` are pinned host memory, which the CPU may use while kernels run (CUDA for Tegra, "Pinned
+Memory Guidelines on Tegra Systems with no I/O coherency" and "I/O Coherency"); ``system`` memory runs only
+where the device reports PAGEABLE_MEMORY_ACCESS=1, full unified memory support, where CPU and GPU may touch it
+at once (the CUDA Programming Guide, unified memory on devices with full CUDA unified memory support; on
+Tegra, Thor onwards: "Sysmem Full Coherency"); ``device`` memory has no host view.
 """
 
 from __future__ import annotations
@@ -43,12 +48,12 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from pytest_jetmem.cuda.attachment import GLOBAL, Attachment, stream_key
-from pytest_jetmem.cuda.workspace import KERNEL
+from pytest_jetmem.cuda.workspace import KERNEL, workspace_of
 from pytest_jetmem.errors import TegraStrictError
 
 if TYPE_CHECKING:
     from pytest_jetmem.cuda.buffer import Buffer
-    from pytest_jetmem.cuda.workspace import Workspace
+    from pytest_jetmem.cuda.workspace import WorkspaceLike
 
 __all__ = ["TegraStrict", "TegraStrictError", "enable", "tracker_of"]
 
@@ -217,16 +222,17 @@ def _work(counts: Counter[str]) -> str:
     return ", ".join(f"{counts[k]} {k if counts[k] == 1 else _PLURALS.get(k, k + 's')}" for k in kinds if counts[k])
 
 
-def tracker_of(ws: Workspace) -> TegraStrict | None:
-    """The workspace's Tegra-strict tracker, or None when strict mode is off for it."""
-    for observer in ws.observers:
+def tracker_of(ws: WorkspaceLike) -> TegraStrict | None:
+    """The Tegra-strict tracker of a ``jetmem`` handle (or workspace), or None when strict mode is off for it."""
+    for observer in workspace_of(ws).observers:
         if isinstance(observer, TegraStrict):
             return observer
     return None
 
 
-def enable(ws: Workspace) -> TegraStrict:
-    """Turn Tegra-strict mode on for a workspace (a ``jetmem`` handle; idempotent); returns its tracker."""
+def enable(jm: WorkspaceLike) -> TegraStrict:
+    """Turn Tegra-strict mode on for a ``jetmem`` handle (or workspace; idempotent); returns its tracker."""
+    ws = workspace_of(jm)
     tracker = tracker_of(ws)
     if tracker is None:
         tracker = TegraStrict(ws.stream, ws.nodeid)

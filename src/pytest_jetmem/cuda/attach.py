@@ -27,7 +27,7 @@ from typing import Any
 from pytest_jetmem.cuda.attachment import Attachment, stream_key
 from pytest_jetmem.cuda.buffer import Buffer
 from pytest_jetmem.cuda.driver import MEM_ATTACH_GLOBAL, MEM_ATTACH_HOST, MEM_ATTACH_SINGLE
-from pytest_jetmem.cuda.workspace import Workspace
+from pytest_jetmem.cuda.workspace import Workspace, WorkspaceLike, workspace_of
 from pytest_jetmem.errors import AttachError
 
 __all__ = ["AttachError", "Attachment", "attach", "attach_global", "attach_host", "attach_single"]
@@ -35,11 +35,13 @@ __all__ = ["AttachError", "Attachment", "attach", "attach_global", "attach_host"
 _CALLS = {MEM_ATTACH_GLOBAL: "attach_global", MEM_ATTACH_HOST: "attach_host", MEM_ATTACH_SINGLE: "attach_single"}
 
 
-def attach(ws: Workspace, buf: Buffer, flags: int, stream: Any = None, *, wait: bool = True) -> None:
+def attach(jm: WorkspaceLike, buf: Buffer, flags: int, stream: Any = None, *, wait: bool = True) -> None:
     """Queue ``cuStreamAttachMemAsync(stream, buf.ptr, 0, flags)`` (``stream`` None: jetmem's stream).
 
-    With ``wait`` the stream is synchronized afterwards, so the attachment is in effect on return.
+    ``jm``: the ``jetmem`` handle (or a workspace). With ``wait`` the stream is synchronized afterwards, so the
+    attachment is in effect on return.
     """
+    ws = workspace_of(jm)
     call = _CALLS.get(flags)
     if call is None:
         raise ValueError(f"flags must be MEM_ATTACH_GLOBAL, MEM_ATTACH_HOST or MEM_ATTACH_SINGLE, got {flags!r}")
@@ -68,7 +70,7 @@ def attach(ws: Workspace, buf: Buffer, flags: int, stream: Any = None, *, wait: 
             owner.attached(buf, attachment, target, pending=not wait)
 
 
-def attach_host(ws: Workspace, buf: Buffer, *, wait: bool = True) -> None:
+def attach_host(ws: WorkspaceLike, buf: Buffer, *, wait: bool = True) -> None:
     """Attach a managed buffer to the host (``CU_MEM_ATTACH_HOST``): the CPU may touch it while kernels run.
 
     On a device with ``CONCURRENT_MANAGED_ACCESS=0`` no kernel may then use the buffer; attach it globally or
@@ -77,12 +79,12 @@ def attach_host(ws: Workspace, buf: Buffer, *, wait: bool = True) -> None:
     attach(ws, buf, MEM_ATTACH_HOST, None, wait=wait)
 
 
-def attach_global(ws: Workspace, buf: Buffer, *, wait: bool = True) -> None:
+def attach_global(ws: WorkspaceLike, buf: Buffer, *, wait: bool = True) -> None:
     """Attach a managed buffer globally (``CU_MEM_ATTACH_GLOBAL``, how it was allocated): any stream may use it."""
     attach(ws, buf, MEM_ATTACH_GLOBAL, None, wait=wait)
 
 
-def attach_single(ws: Workspace, buf: Buffer, stream: Any = None, *, wait: bool = True) -> None:
+def attach_single(ws: WorkspaceLike, buf: Buffer, stream: Any = None, *, wait: bool = True) -> None:
     """Attach a managed buffer to one stream (``CU_MEM_ATTACH_SINGLE``; None: jetmem's stream).
 
     Only kernels in that stream may use it; the CPU may touch it whenever that stream is idle.

@@ -95,7 +95,9 @@ def select_ordinal(device_count: int, env: dict[str, str] | None = None) -> int:
     """The device ordinal for this process: ``JETMEM_DEVICE``, else one GPU per xdist worker, else 0.
 
     xdist worker ``gwN`` takes GPU ``N % device_count``; workers that share a GPU never time at once
-    (``timing.gpu_lock``).
+    (``timing.gpu_lock``). ``device_count`` and the ordinals are the driver's: the devices ``CUDA_VISIBLE_DEVICES``
+    leaves visible, numbered from 0. The child sessions of a process (the relay, the ``--jetmem-against`` sides,
+    ``memmode_concurrency``) inherit its environment, ``PYTEST_XDIST_WORKER`` included, so they choose its device.
     """
     env = dict(os.environ) if env is None else env
     chosen = chosen_ordinal(env)
@@ -105,6 +107,17 @@ def select_ordinal(device_count: int, env: dict[str, str] | None = None) -> int:
     if worker.startswith("gw") and worker[2:].isdigit() and device_count > 0:
         return int(worker[2:]) % device_count
     return 0
+
+
+def _expected_ordinals(count: int, env: dict[str, str] | None = None) -> str:
+    """What an ordinal may be, for the no-such-device reason: ``", expected 0 to 1"``, and where
+    ``CUDA_VISIBLE_DEVICES`` is set, that ordinals number the devices it leaves visible."""
+    env = dict(os.environ) if env is None else env
+    text = "" if count < 1 else f", expected {'0' if count == 1 else f'0 to {count - 1}'}"
+    visible = env.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        text += f" (CUDA_VISIBLE_DEVICES={visible!r}: ordinals number the visible devices, from 0)"
+    return text
 
 
 def chosen_ordinal(env: dict[str, str] | None = None) -> int | None:
@@ -194,7 +207,7 @@ def open_device(drv: DriverBackend | None = None, ordinal: int | None = None) ->
         ordinal = select_ordinal(count) if ordinal is None else ordinal
         if ordinal >= count:
             where = f"JETMEM_DEVICE={chosen}: " if chosen is not None else ""
-            reason = f"{where}no CUDA device {ordinal}: only {count} device(s) present"
+            reason = f"{where}no CUDA device {ordinal}: only {count} device(s) present{_expected_ordinals(count)}"
             return Availability(False, reason, misconfigured=chosen is not None)
         info = probe_device(drv, ordinal)
     except DeviceChoiceError as exc:

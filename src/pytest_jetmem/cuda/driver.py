@@ -13,6 +13,7 @@ import ctypes
 import functools
 import glob
 import hashlib
+import mmap
 import os
 import re
 from collections.abc import Iterator, Sequence
@@ -32,6 +33,8 @@ MEMORY_ATTRIBUTES = (
     "PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES",
     "DIRECT_MANAGED_MEM_ACCESS_FROM_HOST",
     "HOST_NATIVE_ATOMIC_SUPPORTED",
+    "HOST_REGISTER_SUPPORTED",
+    "CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM",
 )
 OTHER_ATTRIBUTES = (
     "COMPUTE_CAPABILITY_MAJOR",
@@ -51,6 +54,8 @@ MEM_ATTACH_HOST = 0x2
 MEM_ATTACH_SINGLE = 0x4
 MEMHOSTALLOC_PORTABLE = 0x1
 MEMHOSTALLOC_DEVICEMAP = 0x2
+MEMHOSTREGISTER_PORTABLE = 0x1
+MEMHOSTREGISTER_DEVICEMAP = 0x2
 STREAM_DEFAULT = 0x0
 STREAM_NON_BLOCKING = 0x1
 EVENT_DEFAULT = 0x0
@@ -190,6 +195,23 @@ class DriverBackend(NvrtcBackend, Protocol):
     def mem_host_get_device_pointer(self, host_ptr: int) -> int: ...
 
     def mem_free_host(self, host_ptr: int) -> None: ...
+
+    def mem_host_register(self, host_ptr: int, nbytes: int, flags: int) -> None:
+        """cuMemHostRegister: page-lock (and with DEVICEMAP map) ``nbytes`` of host memory the process allocated."""
+        ...
+
+    def mem_host_unregister(self, host_ptr: int) -> None:
+        """cuMemHostUnregister of the base address a :meth:`mem_host_register` registered."""
+        ...
+
+    def pageable_alloc(self, nbytes: int) -> int:
+        """Pageable host memory from the process, not from CUDA (an anonymous, page-aligned ``mmap`` of ``nbytes``
+        rounded up to whole pages): what a camera, NIC or decoder buffer is. MemoryError where the OS refuses."""
+        ...
+
+    def pageable_free(self, host_ptr: int, nbytes: int) -> None:
+        """Give back what :meth:`pageable_alloc` returned for ``nbytes`` (``munmap``); OSError where it fails."""
+        ...
 
     def memcpy_htod(self, dst: int, src_host: int, nbytes: int, stream: StreamHandle = ...) -> None: ...
 
@@ -391,6 +413,18 @@ class CudaDriver:
 
     def mem_free_host(self, host_ptr: int) -> None:
         self._call("cuMemFreeHost", host_ptr)
+
+    def mem_host_register(self, host_ptr: int, nbytes: int, flags: int) -> None:
+        self._call("cuMemHostRegister", host_ptr, nbytes, flags)
+
+    def mem_host_unregister(self, host_ptr: int) -> None:
+        self._call("cuMemHostUnregister", host_ptr)
+
+    def pageable_alloc(self, nbytes: int) -> int:
+        return process_mmap(nbytes)
+
+    def pageable_free(self, host_ptr: int, nbytes: int) -> None:
+        process_munmap(host_ptr, nbytes)
 
     def memcpy_htod(self, dst: int, src_host: int, nbytes: int, stream: Any = None) -> None:
         if stream is None:
@@ -834,6 +868,45 @@ def unnamed_code(exc: BaseException) -> int | None:
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__
+
+
+# -- pageable host memory of the process -------------------------------------------------------------------------
+def page_span(nbytes: int) -> int:
+    """``nbytes`` rounded up to whole pages (at least one page)."""
+    page = mmap.PAGESIZE
+    return max(page, (nbytes + page - 1) // page * page)
+
+
+@functools.lru_cache(maxsize=1)
+def _libc() -> Any:
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+    libc.munmap.restype = ctypes.c_int
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    return libc
+
+
+def process_mmap(nbytes: int) -> int:
+    """An anonymous private ``mmap`` of :func:`page_span` bytes (page-aligned, zero-filled, not CUDA's); its address.
+
+    MemoryError naming the size and the OS error where ``mmap`` fails.
+    """
+    if nbytes <= 0:
+        raise ValueError(f"pageable host memory: expected a size > 0 bytes, got {nbytes}")
+    span = page_span(nbytes)
+    addr = _libc().mmap(None, span, mmap.PROT_READ | mmap.PROT_WRITE, mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS, -1, 0)
+    if addr is None or addr == ctypes.c_void_p(-1).value:
+        err = ctypes.get_errno()
+        raise MemoryError(f"mmap of {span} bytes of pageable host memory failed: {os.strerror(err)} (errno {err})")
+    return int(addr)
+
+
+def process_munmap(host_ptr: int, nbytes: int) -> None:
+    """``munmap`` what :func:`process_mmap` returned for ``nbytes``; OSError naming the address where it fails."""
+    if _libc().munmap(host_ptr, page_span(nbytes)) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"munmap of 0x{host_ptr:x} (+{page_span(nbytes)} bytes) failed: {os.strerror(err)}")
 
 
 _backend: DriverBackend | None = None

@@ -7,10 +7,11 @@ discrete GPU's kernels reach it over PCIe, which memory an allocation draws on (
 attributes it needs (``requires``, from which :meth:`~MemoryMode.unsupported_reason` follows).
 
 The registry is the one list of modes: :func:`registered`, :func:`names` and :func:`default_names` in
-registration order (a mode's :attr:`~MemoryMode.order`), :func:`get_mode` by name. A new mode (pinned staging,
-registered host memory, write-combined zero-copy) is a new subclass registered with :func:`register`; the
-plugin, the gate, the report and the demo then know it without further changes. Everything outside this module
-asks the mode object rather than comparing names.
+registration order (a mode's :attr:`~MemoryMode.order`), :func:`get_mode` by name. Five are built in: ``device``,
+``managed`` and ``zero_copy`` (the defaults) and the opt-in ``registered`` (process memory registered with
+``cuMemHostRegister``) and ``system`` (pageable memory used directly). A new mode (pinned staging, write-combined
+zero-copy) is a new subclass registered with :func:`register`; the plugin, the gate, the report and the demo then
+know it without further changes. Everything outside this module asks the mode object rather than comparing names.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import enum
 import os
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
@@ -36,6 +37,9 @@ if TYPE_CHECKING:
 # the plugin reads the registry (--help, --markers) in runs that never touch the CUDA layer.
 
 __all__ = [
+    "EVERY_MODE",
+    "IO_COHERENCY_SECTION",
+    "IO_COHERENT_CC",
     "MODES",
     "SYSROOT_ENV",
     "Allocation",
@@ -44,6 +48,8 @@ __all__ = [
     "ManagedMode",
     "MemoryMode",
     "Pool",
+    "RegisteredMode",
+    "SystemMode",
     "ZeroCopyMode",
     "default_names",
     "find_mode",
@@ -58,6 +64,7 @@ __all__ = [
     "read_meminfo",
     "register",
     "registered",
+    "selects_every_mode",
     "tegra_allocatable_estimate",
     "unregister",
     "using",
@@ -89,6 +96,11 @@ class Pool(enum.Enum):
 
     DEVICE = "device"  # cuMemGetInfo's free memory
     HOST = "host"  # MemAvailable
+
+
+#: The CUDA for Tegra application note's section on I/O coherency, and the compute capability it starts at (Xavier).
+IO_COHERENCY_SECTION = "I/O Coherency"
+IO_COHERENT_CC = (7, 2)
 
 
 def host_view(host_ptr: int, nbytes: int, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
@@ -132,6 +144,19 @@ class MemoryMode(ABC):
     requires: ClassVar[Mapping[str, str]] = {}
     #: How the host may touch the memory, for error messages (default: from ``host_access``).
     host_note: ClassVar[str] = ""
+    #: The driver migrates pages or serves faults when the other processor touches the memory (managed, system
+    #: memory): CUPTI's unified-memory counters (page faults, migrated bytes, thrashing) apply to it.
+    migrates_pages: ClassVar[bool] = False
+    #: Pinned host memory that an integrated GPU does not cache where the device lacks sysmem full coherency
+    #: (CUDA for Tegra, "Pinned Memory Guidelines on Tegra Systems with no I/O coherency"): its kernels pay for
+    #: every access.
+    uncached_on_integrated: ClassVar[bool] = False
+    #: The section of NVIDIA's CUDA for Tegra application note
+    #: (https://docs.nvidia.com/cuda/cuda-for-tegra-appnote/) that governs the mode on Jetson.
+    tegra_section: ClassVar[str] = "Memory Selection"
+    #: On an integrated GPU the mode needs I/O coherency, which the CUDA for Tegra note ("I/O Coherency") gives
+    #: Tegra devices from Xavier (compute capability 7.2) on: older Tegras cannot do it, whatever they report.
+    needs_io_coherence: ClassVar[bool] = False
 
     # -- what is known -------------------------------------------------------------------------------
     @property
@@ -157,10 +182,18 @@ class MemoryMode(ABC):
         return f"{self.name} memory has no host view: copy with to_numpy() and copy_from()"
 
     def unsupported_reason(self, info: DeviceInfo) -> str | None:
-        """Why this device cannot do the mode (the first attribute of ``requires`` it reports as 0), or None."""
+        """Why this device cannot do the mode, or None: the first attribute of ``requires`` it reports as 0, else
+        (``needs_io_coherence``) an integrated GPU below compute capability 7.2, which has no I/O coherency."""
         for attribute, missing in self.requires.items():
             if not info.attr(attribute):
                 return f"{self.name}: the device reports {attribute}=0 ({missing})"
+        if self.needs_io_coherence and info.integrated and tuple(info.compute_capability) < IO_COHERENT_CC:
+            cc = ".".join(map(str, info.compute_capability))
+            return (
+                f"{self.name}: an integrated GPU of compute capability {cc} is not I/O coherent, and the CUDA for "
+                f'Tegra application note ("{IO_COHERENCY_SECTION}") supports it only on I/O coherent Tegra devices '
+                "(Xavier, compute capability 7.2, onwards)"
+            )
         return None
 
     # -- memory --------------------------------------------------------------------------------------
@@ -212,6 +245,7 @@ class DeviceMode(MemoryMode):
     name = "device"
     description = "cuMemAlloc: device memory, host access only by explicit copies"
     host_note = "device memory has no host view: copy with to_numpy() and copy_from()"
+    tegra_section = "Memory Selection"
 
     def allocate(self, drv: driver.DriverBackend, nbytes: int) -> Allocation:
         return Allocation(drv.mem_alloc(nbytes), None, nbytes)
@@ -225,6 +259,8 @@ class ManagedMode(MemoryMode):
     description = "cuMemAllocManaged, attached globally: one pointer for host and device"
     host_access = HostAccess.MAPPED
     is_managed = True
+    migrates_pages = True
+    tegra_section = "Effective Usage of Unified Memory on Tegra"
     requires: ClassVar[Mapping[str, str]] = {"MANAGED_MEMORY": "no managed memory"}
     host_note = (
         "managed memory: the CPU may touch it while no kernel that may use it runs (its stream attachment says "
@@ -247,6 +283,8 @@ class ZeroCopyMode(MemoryMode):
     host_access = HostAccess.MAPPED
     crosses_pcie = True
     pool = Pool.HOST
+    uncached_on_integrated = True
+    tegra_section = "Pinned Memory Guidelines on Tegra Systems with no I/O coherency"
     requires: ClassVar[Mapping[str, str]] = {"CAN_MAP_HOST_MEMORY": "cannot map host memory"}
     host_note = (
         "zero_copy memory is pinned host memory: the CPU may touch it while kernels run without any "
@@ -273,6 +311,119 @@ class ZeroCopyMode(MemoryMode):
         drv.mem_free_host(alloc.host_ptr)
 
 
+def _undo(exc: BaseException, *steps: tuple[str, Callable[[], object]]) -> None:
+    """Run each clean-up step after ``exc`` broke an allocation midway; a step's own failure is added to ``exc``'s
+    notes where Python has them (3.11 on; the first error is the one raised) and the later steps still run."""
+    for what, step in steps:
+        try:
+            step()
+        except Exception as cleanup:  # reported on the error that is raised
+            add_note = getattr(exc, "add_note", None)
+            if add_note is not None:
+                add_note(f"while undoing the allocation, {what} failed too: {cleanup}")
+
+
+class RegisteredMode(MemoryMode):
+    """Host memory the process allocated itself (an ``mmap``, as a camera, NIC or decoder buffer is), page-locked
+    and mapped for the GPU with ``cuMemHostRegister``. CUDA for Tegra, "I/O Coherency": on Tegra
+    ``cuMemHostRegister`` works only on I/O coherent devices; "Sysmem Full Coherency": from Thor on the GPU caches
+    registered memory in L2."""
+
+    name = "registered"
+    description = (
+        "process-allocated host memory (mmap) page-locked and mapped with cuMemHostRegister(DEVICEMAP | PORTABLE); "
+        "opt-in"
+    )
+    default = False
+    host_access = HostAccess.MAPPED
+    crosses_pcie = True
+    pool = Pool.HOST
+    uncached_on_integrated = True
+    needs_io_coherence = True
+    tegra_section = IO_COHERENCY_SECTION
+    requires: ClassVar[Mapping[str, str]] = {
+        "HOST_REGISTER_SUPPORTED": "cuMemHostRegister is not supported",
+        "CAN_MAP_HOST_MEMORY": "cannot map host memory",
+    }
+    host_note = (
+        "registered memory is the process's own host memory, page-locked: the CPU may touch it while kernels run "
+        "without any attachment (synchronize before reading what a kernel wrote)"
+    )
+
+    def register_flags(self) -> int:
+        """``cuMemHostRegister``'s flags: DEVICEMAP | PORTABLE."""
+        from pytest_jetmem.cuda.driver import MEMHOSTREGISTER_DEVICEMAP, MEMHOSTREGISTER_PORTABLE
+
+        return MEMHOSTREGISTER_DEVICEMAP | MEMHOSTREGISTER_PORTABLE
+
+    def allocate(self, drv: driver.DriverBackend, nbytes: int) -> Allocation:
+        """``mmap`` whole pages, register them, ask for the device address (``cuMemHostGetDevicePointer``: the
+        host address itself where every device has CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM=1). A failing step
+        undoes the ones before it."""
+        from pytest_jetmem.cuda.driver import page_span
+
+        host = drv.pageable_alloc(nbytes)
+        try:
+            drv.mem_host_register(host, page_span(nbytes), self.register_flags())
+        except BaseException as exc:
+            _undo(exc, ("freeing the pages", lambda: drv.pageable_free(host, nbytes)))
+            raise
+        try:
+            dptr = drv.mem_host_get_device_pointer(host)
+        except BaseException as exc:
+            _undo(
+                exc,
+                ("cuMemHostUnregister", lambda: drv.mem_host_unregister(host)),
+                ("freeing the pages", lambda: drv.pageable_free(host, nbytes)),
+            )
+            raise
+        return Allocation(dptr, host, nbytes)
+
+    def free(self, drv: driver.DriverBackend, alloc: Allocation) -> None:
+        """Wait for the GPU (``munmap`` does not, as ``cuMemFree`` does), ``cuMemHostUnregister``, then give the
+        pages back, even where a CUDA call failed (its error is raised: a context with a sticky error runs nothing)."""
+        assert alloc.host_ptr is not None
+        try:
+            drv.ctx_synchronize()
+            drv.mem_host_unregister(alloc.host_ptr)
+        finally:
+            drv.pageable_free(alloc.host_ptr, alloc.nbytes)
+
+
+class SystemMode(MemoryMode):
+    """Pageable host memory from the process, passed to kernels as it is: where the device reports
+    PAGEABLE_MEMORY_ACCESS=1 (Grace Hopper, HMM-enabled Linux desktops; on Tegra, Thor onwards: CUDA for Tegra,
+    "Sysmem Full Coherency", where the GPU caches it in L2)."""
+
+    name = "system"
+    description = "pageable host memory from the process (mmap) used by kernels directly; opt-in"
+    default = False
+    host_access = HostAccess.MAPPED
+    migrates_pages = True
+    pool = Pool.HOST
+    tegra_section = "Sysmem Full Coherency"
+    requires: ClassVar[Mapping[str, str]] = {
+        "PAGEABLE_MEMORY_ACCESS": "kernels cannot use pageable host memory: no HMM, ATS or sysmem full coherency"
+    }
+    host_note = (
+        "system memory is the process's own pageable memory: the CPU may touch it while kernels run "
+        "(synchronize before reading what a kernel wrote)"
+    )
+
+    def allocate(self, drv: driver.DriverBackend, nbytes: int) -> Allocation:
+        host = drv.pageable_alloc(nbytes)
+        return Allocation(host, host, nbytes)
+
+    def free(self, drv: driver.DriverBackend, alloc: Allocation) -> None:
+        """Wait for the GPU (``munmap`` does not, as ``cuMemFree`` does), then give the pages back, even where the
+        wait failed (its error is raised: a context with a sticky error runs nothing)."""
+        assert alloc.host_ptr is not None
+        try:
+            drv.ctx_synchronize()
+        finally:
+            drv.pageable_free(alloc.host_ptr, alloc.nbytes)
+
+
 # -- the registry ----------------------------------------------------------------------------------------
 #: The registry, in registration order: read it through :func:`registered`, :func:`names`, :func:`get_mode`;
 #: change it through :func:`register` and :func:`unregister` only.
@@ -293,6 +444,8 @@ def register(mode: MemoryMode) -> MemoryMode:
         raise TypeError(f"register: expected a MemoryMode instance, got {mode!r}")
     if not _NAME.fullmatch(mode.name or ""):
         raise ValueError(f"memory mode name {mode.name!r}: expected a Python identifier such as 'pinned_staging'")
+    if mode.name == EVERY_MODE:
+        raise ValueError(f"memory mode name {mode.name!r} is reserved: --jetmem-modes={EVERY_MODE} means every mode")
     if mode.name in MODES:
         raise ValueError(f"memory mode {mode.name!r} is already registered")
     from pytest_jetmem.cuda.driver import MEMORY_ATTRIBUTES, OTHER_ATTRIBUTES
@@ -363,19 +516,39 @@ def rank(name: str) -> tuple[int, str]:
     return (mode.order, "") if mode is not None else (len(MODES), name)
 
 
-for _mode in (DeviceMode(), ManagedMode(), ZeroCopyMode()):
+for _mode in (DeviceMode(), ManagedMode(), ZeroCopyMode(), RegisteredMode(), SystemMode()):
     MODES[_mode.name] = _mode  # not through register(), whose checks import the driver (a unit test makes them)
 
 
-def parse_mode_list(text: str, source: str) -> tuple[str, ...]:
-    """Parse ``device,managed`` (commas or spaces); ``source`` names the option in errors.
+#: ``--jetmem-modes=all``: every registered mode the device supports (:func:`selects_every_mode`).
+EVERY_MODE = "all"
 
-    Empty, unknown or repeated names are a ValueError naming ``source``, the value and what was expected.
+
+def selects_every_mode(text: str) -> bool:
+    """Whether a ``--jetmem-modes`` value is ``all`` (every registered mode the device supports)."""
+    return text.replace(",", " ").split() == [EVERY_MODE]
+
+
+def parse_mode_list(text: str, source: str) -> tuple[str, ...]:
+    """Parse ``device,managed`` (commas or spaces), or ``all`` (every registered mode, in registry order: the
+    caller leaves out those the device cannot do); ``source`` names the option in errors.
+
+    Empty, unknown or repeated names, and ``all`` beside names, are a ValueError naming ``source``, the value and
+    what was expected.
     """
     given = [n for n in text.replace(",", " ").split() if n]
     chosen = tuple(dict.fromkeys(given))
     if not chosen:
-        raise ValueError(f"{source}: expected a list of memory modes ({', '.join(MODES)}), got {text!r}")
+        raise ValueError(
+            f"{source}: expected a list of memory modes ({', '.join(MODES)}) or {EVERY_MODE!r}, got {text!r}"
+        )
+    if EVERY_MODE in chosen:
+        if given != [EVERY_MODE]:
+            raise ValueError(
+                f"{source}: {EVERY_MODE!r} means every registered mode and stands alone, got {text!r}; expected "
+                f"{EVERY_MODE!r} or a list of memory modes ({', '.join(MODES)})"
+            )
+        return names()
     bad = [n for n in chosen if n not in MODES]
     if bad:
         raise ValueError(

@@ -10,7 +10,8 @@ a GPU to give an answer:
 - launches are packed and checked against the kernel's parsed signature by :class:`~pytest_jetmem.cuda.launch.Kernel`
   as on a GPU, then counted (:attr:`CheckDriver.launches`);
 - allocations are placeholders: ``device`` memory is an address range with no memory behind it; memory the
-  host can see (``managed``, ``zero_copy``, the stream blocker's flag) is real, lazily committed host memory,
+  host can see (``managed``, ``zero_copy``, ``registered``, ``system``, the stream blocker's flag) is real, lazily
+  committed host memory,
   so a test can write its inputs through ``buf.host`` or ``copy_from``;
 - reading anything a GPU would have produced raises :class:`GpuNeeded`: a copy from the device to the host,
   host access to a buffer after a kernel was launched (:class:`NoGpuObserver`), an event's elapsed time.
@@ -41,7 +42,9 @@ from pytest_jetmem.errors import CudaError, CudaUnavailable
 JETSON_ARCHS = ("sm_72", "sm_87", "sm_101", "sm_110")
 _ARCH = re.compile(r"sm_(\d+)[a-z]?")
 
-# Facts of the placeholder device: an integrated GPU like Jetson AGX Orin's (every memory mode supported).
+# Facts of the placeholder device: an integrated GPU like Jetson AGX Orin's. Kernels are checked in every mode a
+# test names (the check asks the device nothing, so pageable system memory is checked too although Orin reports
+# PAGEABLE_MEMORY_ACCESS=0).
 _ATTRIBUTES = {
     "INTEGRATED": 1,
     "CAN_MAP_HOST_MEMORY": 1,
@@ -51,6 +54,8 @@ _ATTRIBUTES = {
     "PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES": 0,
     "DIRECT_MANAGED_MEM_ACCESS_FROM_HOST": 0,
     "HOST_NATIVE_ATOMIC_SUPPORTED": 0,
+    "HOST_REGISTER_SUPPORTED": 1,  # Orin is I/O coherent (CUDA for Tegra, "I/O Coherency")
+    "CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM": 0,
     "MULTIPROCESSOR_COUNT": 16,
     "L2_CACHE_SIZE": 4 << 20,
     "MAX_THREADS_PER_BLOCK": 1024,
@@ -272,6 +277,20 @@ class CheckDriver:
 
     def mem_free_host(self, host_ptr: int) -> None:
         self._free("cuMemFreeHost", host_ptr)
+
+    def mem_host_register(self, host_ptr: int, nbytes: int, flags: int) -> None:
+        r = self._find("cuMemHostRegister", host_ptr, nbytes)
+        if r.kind != "pageable":
+            raise CudaError("cuMemHostRegister", "CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED", 712, "CUDA's own memory")
+
+    def mem_host_unregister(self, host_ptr: int) -> None:
+        self._find("cuMemHostUnregister", host_ptr, 1)
+
+    def pageable_alloc(self, nbytes: int) -> int:
+        return self._add(driver.page_span(nbytes), "pageable", host_visible=True)
+
+    def pageable_free(self, host_ptr: int, nbytes: int) -> None:
+        self._free("munmap", host_ptr)
 
     def memcpy_htod(self, dst: int, src_host: int, nbytes: int, stream: Any = None) -> None:
         r = self._find("cuMemcpyHtoD", dst, nbytes)

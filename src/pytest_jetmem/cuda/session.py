@@ -1,4 +1,5 @@
-"""The CUDA session: one open device with its stream, the compile cache, loaded modules and the stream blocker.
+"""The CUDA session: one open device with its stream, the compile cache, loaded modules, the stream blocker and,
+under ``--jetmem-counters=auto``, the unified-memory counters (:mod:`pytest_jetmem.cuda.counters`).
 
 One per pytest session (or per :func:`pytest_jetmem.open_handle`). Per-test workspaces
 (:class:`pytest_jetmem.cuda.workspace.Workspace`) allocate, compile and launch through it; it never
@@ -23,6 +24,7 @@ from pytest_jetmem.cuda.compiler import (
     normalize_include_dirs,
     normalize_options,
 )
+from pytest_jetmem.cuda.counters import CounterCollector
 from pytest_jetmem.cuda.device import Device, open_device
 from pytest_jetmem.cuda.driver import (
     MEMHOSTALLOC_DEVICEMAP,
@@ -49,12 +51,16 @@ class CudaSession:
         *,
         include_dirs: Sequence[str | Path] = (),
         archs: Sequence[str] = (),
+        counters: CounterCollector | None = None,
     ) -> None:
         """``include_dirs``: searched by every compile after its own (the ini key ``jetmem_include_dirs``).
         ``archs``: the architectures every kernel is compiled for; the first is the one loaded (default:
         the device's). A session on a machine without a GPU compiles for several (``--jetmem-arch``).
+        ``counters``: CUPTI's unified-memory counters for the measurements of modes that migrate pages
+        (``--jetmem-counters``; None: not counted).
         """
         self.device = device
+        self.counters = counters
         self.cache = cache
         self.compile_options = tuple(compile_options)
         self.include_dirs = tuple(str(d) for d in include_dirs)

@@ -6,16 +6,18 @@ and tells its observers (Tegra-strict mode) about allocations, the GPU work it q
 copies, prefetches), synchronisations, attachments and host access. Every piece of stream work above the CUDA
 layer (the timing code's events and L2 flush, the coherence probes' counters, the state machine's copies) is
 queued through a method here, never on the driver directly, so the observers see all of it.
-The ``jetmem`` handle (:class:`pytest_jetmem.handle.Jetmem`) is a workspace plus measurement and correctness
-helpers; nothing in this layer refers to it.
+The ``jetmem`` handle (:class:`pytest_jetmem.handle.Jetmem`) holds a workspace and adds measurement and
+correctness helpers; nothing in this layer refers to it. The functions below the handle that a user calls with it
+(``attach``, ``coherence``, ``kernels``, ...) take a :data:`WorkspaceLike` and reach the workspace through
+:func:`workspace_of`.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeAlias
 
 import numpy as np
 
@@ -386,7 +388,31 @@ class StreamTimer:
                 self._drv.event_destroy(event)
 
 
-W = TypeVar("W", bound=Workspace)
+class HasWorkspace(Protocol):
+    """An object that holds a workspace and hands it to the CUDA-layer functions it is passed to (the ``jetmem``
+    handle: ``attach.attach_host(jetmem, buf)``, ``coherence.cpu_touch(jetmem, buf)``, ``kernels.conv2d(jetmem,
+    ...)``). A protocol, as ``__cuda_array_interface__`` is one: not a public member of the holder."""
+
+    def __jetmem_workspace__(self) -> Workspace: ...
+
+
+#: What the functions of the layers below the handle accept: a workspace, or a ``jetmem`` handle that holds one.
+WorkspaceLike: TypeAlias = Workspace | HasWorkspace
+
+
+def workspace_of(obj: WorkspaceLike) -> Workspace:
+    """The workspace ``obj`` is (a :class:`Workspace`) or holds (a ``jetmem`` handle); a TypeError names
+    anything else."""
+    if isinstance(obj, Workspace):
+        return obj
+    unwrap = getattr(type(obj), "__jetmem_workspace__", None)
+    if unwrap is None:
+        raise TypeError(
+            f"expected the jetmem handle (or a pytest_jetmem Workspace), got {obj!r} ({type(obj).__name__})"
+        )
+    ws = unwrap(obj)
+    assert isinstance(ws, Workspace), ws
+    return ws
 
 
 @contextlib.contextmanager
@@ -395,9 +421,8 @@ def open_workspace(
     cache_dir: str | Path | None = None,
     *,
     nodeid: str = "",
-    factory: Callable[[CudaSession, str, str], W] = Workspace,  # type: ignore[assignment]
-) -> Iterator[W]:
-    """Open the device, a session and a workspace in ``mode`` (made by ``factory``); all closed on exit.
+) -> Iterator[Workspace]:
+    """Open the device, a session and a workspace in ``mode``; all closed on exit.
 
     Raises :class:`~pytest_jetmem.errors.CudaUnavailable` where there is no driver, device or NVRTC, or the
     device cannot do ``mode``.
@@ -406,7 +431,7 @@ def open_workspace(
         reason = get_mode(mode).unsupported_reason(session.device.info)
         if reason:
             raise CudaUnavailable(reason)
-        ws = factory(session, mode, nodeid or f"open_workspace({mode!r})")
+        ws = Workspace(session, mode, nodeid or f"open_workspace({mode!r})")
         try:
             yield ws
         finally:

@@ -11,10 +11,12 @@ with pytest. They are written as a user of the plugin would write them (``@pytes
 - seed 003: a 1920x1080 RGBA camera frame written by the CPU and read once by a grayscale kernel, end to
   end and kernel time: the case where zero-copy memory wins or ties.
 
-At the end it prints the plugin's "jetmem runtimes" table and one table per scenario (median, ratio to
-``device``, first call, the winning mode). Extra arguments go to pytest unchanged, e.g.
-``pytest-jetmem-demo -k conv2d --jetmem-modes device,zero_copy`` or ``--jetmem-report demo.html``. Each
-measurement samples for at most ``MAX_TIME_S`` seconds (``--jetmem-max-time`` overrides it).
+It runs every memory mode the device supports (``--jetmem-modes=all``; ``--jetmem-modes device,zero_copy`` picks
+fewer). At the end it prints the plugin's "jetmem runtimes" table and one table per scenario (median, ratio to
+``device``, first call, the winning mode where the figures support one) with its advice: which mode to pick and
+why, and NVIDIA's rule for this device (:mod:`pytest_jetmem.measure.advice`). Extra arguments go to pytest
+unchanged, e.g. ``pytest-jetmem-demo -k conv2d`` or ``--jetmem-report demo.html``. Each measurement samples for at
+most ``MAX_TIME_S`` seconds (``--jetmem-max-time`` overrides it).
 
 Exit status: 0 when every demo test passed or was skipped, pytest's status otherwise. Where no GPU can be
 used, the whole output is one line saying why (the suite still runs, to prove it collects and skips cleanly).
@@ -72,10 +74,13 @@ def _gpu_problem() -> str | None:
 
 
 def pytest_args(args: Sequence[str] = ()) -> list[str]:
-    """The pytest command line of the demo: its folder, quiet output, the sampling cap, then ``args``."""
+    """The pytest command line of the demo: its folder, quiet output, then ``args``; as ini values (which an option
+    in ``args`` overrides): the sampling cap, every mode the device supports (``jetmem_modes = all``), and no
+    plugin "jetmem advice" section (the demo's tables carry the advice per scenario)."""
     # pytest_jetmem is imported already (this module is in it): pytest cannot rewrite its asserts, and says so.
     quiet = ["-W", "ignore:Module already imported so cannot be rewritten:pytest.PytestAssertRewriteWarning"]
-    return [str(HERE), "-p", "no:cacheprovider", "-q", "-rfEs", *quiet, "-o", f"jetmem_max_time={MAX_TIME_S}", *args]
+    ini = ["-o", f"jetmem_max_time={MAX_TIME_S}", "-o", "jetmem_modes=all", "-o", "jetmem_advice=off"]
+    return [str(HERE), "-p", "no:cacheprovider", "-q", "-rfEs", *quiet, *ini, *args]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -3,7 +3,8 @@
 The demo tests time their work with the plugin's own API (``jetmem.measure(..., label="<scenario>/<case>",
 scope=...)``); the runtime plugin publishes each measurement as a row on the test's report
 (a measurement record each), exactly as in any user's suite. This conftest collects those rows and prints the
-tables of :mod:`pytest_jetmem.demo.tables` after the plugin's own "jetmem runtimes" section.
+tables of :mod:`pytest_jetmem.demo.tables`, each with its advice, after the plugin's own "jetmem runtimes"
+section (the demo turns the plugin's own "jetmem advice" section off: its tables say it per scenario).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import pytest
 
 from pytest_jetmem.demo.tables import Scenarios, format_tables
+from pytest_jetmem.measure.advice import DeviceFacts
 from pytest_jetmem.measure.record import MeasurementRecord
 from pytest_jetmem.plugin.judging import report_records
 from pytest_jetmem.plugin.sessions import device_session
@@ -37,12 +39,13 @@ class DemoTables:
         if not self.rows:
             return
         terminalreporter.section("pytest-jetmem demo: what each memory mode costs here")
-        for line in format_tables(self.rows, self.scenarios, self.device_name()):
+        for line in format_tables(self.rows, self.scenarios, self.device_facts()):
             terminalreporter.write_line(line)
 
-    def device_name(self) -> str | None:
+    def device_facts(self) -> DeviceFacts | None:
+        """What the advice needs to know of the device the demo measured on (None: no device was opened)."""
         info = device_session(self.config).availability().info
-        return info.name if info is not None else None
+        return DeviceFacts.of(info) if info is not None else None
 
 
 def pytest_configure(config: pytest.Config) -> None:

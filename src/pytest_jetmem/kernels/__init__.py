@@ -6,7 +6,7 @@ The helpers below pick launch shapes that suit each kernel, so tests and benchma
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
@@ -14,7 +14,8 @@ from pytest_jetmem.cuda.bundled import names, source_file, sources
 
 if TYPE_CHECKING:
     from pytest_jetmem.cuda.buffer import Buffer
-    from pytest_jetmem.cuda.workspace import Workspace
+    from pytest_jetmem.cuda.device import DeviceInfo
+    from pytest_jetmem.cuda.launch import Kernel
 
 __all__ = ["coherence", "conv2d", "matmul", "names", "source_file", "sources", "stream", "stream_grid"]
 
@@ -24,13 +25,22 @@ MATMUL_TILE = 32
 _F32, _U32, _U64 = np.dtype(np.float32), np.dtype(np.uint32), np.dtype(np.uint64)
 
 
+class KernelHost(Protocol):
+    """What the helpers use of the ``jetmem`` handle (or a CUDA workspace): the device and its bundled kernels."""
+
+    @property
+    def device(self) -> DeviceInfo: ...
+
+    def kernel(self, name: str) -> Kernel: ...
+
+
 def stream_grid(n: int, sm_count: int) -> int:
     """Blocks for a grid-stride stream kernel over n floats: enough for every SM, one float4 per thread."""
     n4 = max(1, n // 4)
     return max(1, min((n4 + STREAM_BLOCK - 1) // STREAM_BLOCK, sm_count * 64))
 
 
-def conv2d(jm: Workspace, image: Buffer, kernel: Buffer, out: Buffer) -> None:
+def conv2d(jm: KernelHost, image: Buffer, kernel: Buffer, out: Buffer) -> None:
     """Queue ``out = conv2d_replicate(image, kernel)``; image and out are (height, width) float32."""
     shape, kshape = image.shape, kernel.shape
     if (
@@ -55,7 +65,7 @@ def conv2d(jm: Workspace, image: Buffer, kernel: Buffer, out: Buffer) -> None:
     jm.kernel("conv2d_replicate").launch(grid, CONV_BLOCK, (image, out, kernel, w, h, kw, kh))
 
 
-def matmul(jm: Workspace, a: Buffer, b: Buffer, c: Buffer) -> None:
+def matmul(jm: KernelHost, a: Buffer, b: Buffer, c: Buffer) -> None:
     """Queue ``c = a @ b`` with the shared-memory tiled kernel."""
     for buf, what in ((a, "a"), (b, "b"), (c, "c")):
         _expect(buf, 2, _F32, what)
@@ -67,7 +77,7 @@ def matmul(jm: Workspace, a: Buffer, b: Buffer, c: Buffer) -> None:
     jm.kernel("matmul_tiled").launch(grid, (MATMUL_TILE, MATMUL_TILE), (a, b, c, m, n, k))
 
 
-def stream(jm: Workspace, op: str, *buffers: Buffer, value: float = 1.0) -> None:
+def stream(jm: KernelHost, op: str, *buffers: Buffer, value: float = 1.0) -> None:
     """Queue a stream kernel: ``read(in, sink)``, ``write(out)``, ``copy(in, out)``, ``fill(out)``."""
     sms = jm.device.attr("MULTIPROCESSOR_COUNT") or 1
     n = buffers[0].size
@@ -91,7 +101,7 @@ def stream(jm: Workspace, op: str, *buffers: Buffer, value: float = 1.0) -> None
         raise ValueError(f"stream: unknown op {op!r}; expected read, write, copy or fill")
 
 
-def coherence(jm: Workspace, buf: Buffer, expect_seed: int, new_seed: int, check: bool, result: Buffer) -> None:
+def coherence(jm: KernelHost, buf: Buffer, expect_seed: int, new_seed: int, check: bool, result: Buffer) -> None:
     """Queue the coherence probe over ``buf`` (uint32); ``result`` is 2 uint64 set to (0, ~0)."""
     _expect(buf, None, _U32, "buf")
     _expect(result, None, _U64, "result")

@@ -12,11 +12,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from pytest_jetmem.errors import RecordError
 from pytest_jetmem.validate import is_int
 
-__all__ = ["CounterSample", "UnifiedMemoryCounters"]
+if TYPE_CHECKING:
+    from pytest_jetmem.cuda.counters import SpanTotals
+
+__all__ = ["CounterSample", "UnifiedMemoryCounters", "format_bytes"]
 
 
 @dataclass(frozen=True)
@@ -38,6 +42,33 @@ class CounterSample:
     def per_call(self, value: int) -> float:
         """``value`` (one of the sums) per call."""
         return value / self.calls if self.calls else float("nan")
+
+    @classmethod
+    def of(cls, totals: SpanTotals, calls: int) -> CounterSample:
+        """The sample of CUPTI's totals over a span of ``calls`` calls (:mod:`pytest_jetmem.cuda.counters`)."""
+        return cls(
+            bytes_htod=totals.bytes_htod,
+            bytes_dtoh=totals.bytes_dtoh,
+            cpu_page_faults=totals.cpu_page_faults,
+            gpu_page_faults=totals.gpu_page_faults,
+            thrashing=totals.thrashing,
+            calls=calls,
+        )
+
+    def summary(self) -> str:
+        """Compact text of the non-zero sums: ``4.0 MiB H2D, 12 GPU faults``; ``0`` where all are zero (measured)."""
+        parts = []
+        if self.bytes_htod:
+            parts.append(f"{format_bytes(self.bytes_htod)} H2D")
+        if self.bytes_dtoh:
+            parts.append(f"{format_bytes(self.bytes_dtoh)} D2H")
+        if self.gpu_page_faults:
+            parts.append(_count(self.gpu_page_faults, "GPU fault"))
+        if self.cpu_page_faults:
+            parts.append(_count(self.cpu_page_faults, "CPU fault"))
+        if self.thrashing:
+            parts.append(f"{self.thrashing} thrashing")
+        return ", ".join(parts) or "0"
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -81,6 +112,13 @@ class UnifiedMemoryCounters:
     first_call: CounterSample
     steady: CounterSample | None = None
 
+    def summary(self) -> str:
+        """Compact text for tables: ``1st: 4.0 MiB H2D, 12 GPU faults; steady (3 calls): 0``."""
+        text = f"1st: {self.first_call.summary()}"
+        if self.steady is not None:
+            text += f"; steady ({self.steady.calls} calls): {self.steady.summary()}"
+        return text
+
     def to_json(self) -> dict[str, object]:
         return {
             "first_call": self.first_call.to_json(),
@@ -96,3 +134,19 @@ class UnifiedMemoryCounters:
             first_call=CounterSample.from_json(data.get("first_call"), "um_counters.first_call"),
             steady=CounterSample.from_json(steady, "um_counters.steady") if steady is not None else None,
         )
+
+
+def _count(n: int, what: str) -> str:
+    return f"{n} {what}" + ("" if n == 1 else "s")
+
+
+def format_bytes(n: int) -> str:
+    """``n`` bytes in binary units: ``512 B``, ``64.0 KiB``, ``4.0 MiB``, ``256 MiB``."""
+    if n < 1024:
+        return f"{n} B"
+    value = float(n)
+    for unit in ("KiB", "MiB", "GiB", "TiB"):
+        value /= 1024
+        if value < 1024 or unit == "TiB":
+            return f"{value:.0f} {unit}" if value >= 100 else f"{value:.1f} {unit}"
+    raise AssertionError("unreachable")  # pragma: no cover

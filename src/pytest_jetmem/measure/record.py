@@ -28,6 +28,7 @@ GPU-free and pytest-free.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from enum import Enum
@@ -57,6 +58,7 @@ __all__ = [
     "RecordVerdict",
     "SideBySide",
     "Statistics",
+    "group_name",
 ]
 
 #: The version of the record's JSON object this module writes and the only one it reads.
@@ -117,6 +119,29 @@ class Identity:
     def key(self) -> str:
         """``label:scope`` (``measure:scope`` without a label), as :attr:`Measurement.key`."""
         return f"{self.label or 'measure'}:{self.scope}"
+
+    @property
+    def test(self) -> str:
+        """The test measured, in every mode: its node id without the memory mode (:func:`group_name`)."""
+        return group_name(self.nodeid, self.mode)
+
+
+def group_name(nodeid: str, mode: str) -> str:
+    """The test a measurement belongs to: its node id with the memory mode removed from the parameter id.
+
+    ``t.py::test_conv[15x15-device]`` -> ``t.py::test_conv[15x15]``; ``t.py::test_a[zero_copy]`` -> ``t.py::test_a``.
+    """
+    m = re.fullmatch(r"(.*?)\[(.*)\]", nodeid, flags=re.S)
+    if not m:
+        return nodeid
+    parts = m.group(2).split("-")
+    for i in range(len(parts) - 1, -1, -1):
+        if parts[i] == mode:
+            del parts[i]
+            break
+    else:
+        return nodeid
+    return f"{m.group(1)}[{'-'.join(parts)}]" if parts else m.group(1)
 
 
 @dataclass(frozen=True)
@@ -452,6 +477,7 @@ class RecordBuilder:
                 run_rounds=tuple(tuple(tuple(float(v) for v in r) for r in run) for run in m.run_rounds),
             ),
             Conditions(clocks, tuple(m.throttled)),
+            counters=m.counters,
         )
 
     @classmethod

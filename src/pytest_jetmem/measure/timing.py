@@ -7,6 +7,11 @@
 * ``end_to_end`` scope: wall time of the host writing the inputs, the work, and the host reading the
   outputs, with the synchronisation each mode needs: explicit copies for ``device``, direct host access
   for ``managed`` and ``zero_copy`` (the seed 001 device figures "neglected the transfer times").
+
+In a mode whose pages the driver migrates (``MemoryMode.migrates_pages``), where the CUDA session has CUPTI's
+unified-memory counters (:mod:`pytest_jetmem.cuda.counters`), the first call is counted in a span of its own
+and :data:`STEADY_CALLS` further calls in another span after the samples; the counters are off while the
+warm-up and the samples run.
 """
 
 from __future__ import annotations
@@ -22,10 +27,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from pytest_jetmem.machine.jetson import gpu_clock_state, sysroot
+from pytest_jetmem.measure.counters import CounterSample, UnifiedMemoryCounters
 from pytest_jetmem.measure.stats import StoppingRule, Summary, summarize
 
 if TYPE_CHECKING:
     from pytest_jetmem.cuda.buffer import Buffer
+    from pytest_jetmem.cuda.counters import CounterCollector, SpanTotals
     from pytest_jetmem.cuda.device import Device
     from pytest_jetmem.cuda.driver import ClockState
     from pytest_jetmem.cuda.workspace import Workspace
@@ -37,6 +44,9 @@ except ImportError:  # pragma: no cover - not POSIX
     fcntl = None  # type: ignore[assignment]
 
 SCOPES = ("kernel", "end_to_end")
+
+#: Calls counted after the samples, the steady state's unified-memory counters (a span of their own).
+STEADY_CALLS = 3
 
 
 @dataclass
@@ -60,6 +70,9 @@ class Measurement:
     run_rounds: list[list[list[float]]] = field(default_factory=list)
     #: The GPU's SM clock at the start and the end of sampling (MHz) and the slowdowns seen (NVML; None: unknown).
     clocks: dict[str, Any] | None = None
+    #: Unified-memory counters of the first call and of :data:`STEADY_CALLS` calls after the samples (None: not
+    #: counted: a mode that does not migrate pages, counters off or not available, measured in turns).
+    counters: UnifiedMemoryCounters | None = None
 
     @property
     def throttled(self) -> list[str]:
@@ -67,7 +80,8 @@ class Measurement:
         return list(self.clocks.get("slowdowns", [])) if self.clocks else []
 
     def add_runs(self, others: Sequence[Measurement]) -> None:
-        """Fold the measurements of further runs in: ``samples`` becomes all runs' samples."""
+        """Fold the measurements of further runs in: ``samples`` becomes all runs' samples (the counters stay
+        the first run's)."""
         self.runs = [list(self.samples), *(list(o.samples) for o in others)]
         self.samples = [v for run in self.runs for v in run]
         if self.run_rounds and all(o.run_rounds for o in others):
@@ -109,6 +123,7 @@ class Measurement:
             "runs": self.runs,
             "run_rounds": self.run_rounds,
             "clocks": self.clocks,
+            "um_counters": self.counters.to_json() if self.counters is not None else None,
             "summary": self.summary.to_dict() if self.samples else None,
         }
 
@@ -228,27 +243,36 @@ def measure(
     """Time ``fn`` (work queued on the workspace's stream) in ``ws``'s mode; see the module docstring.
 
     With ``duet`` (``--jetmem-against``), the call meets the other side and the two take turns, a batch each
-    (:mod:`pytest_jetmem.measure.duet`). Returns the measurement; the caller records it.
+    (:mod:`pytest_jetmem.measure.duet`); no counters are taken then. Returns the measurement; the caller records it.
     """
     if warmup < 0:
         raise ValueError(f"{ws.nodeid}: measure: warmup must be >= 0, got {warmup}")
     rule = rule or StoppingRule()
     sampler = Sampler(ws, fn, scope, inputs, outputs, flush_l2)
     rounds: list[list[float]] = []
+    counters: UnifiedMemoryCounters | None = None
     try:
         device = ws.session.device
         warm: list[ClockState | None] = [None]  # the clocks right after the warm-up (an idle GPU clocks down)
         if duet is not None and duet.meet(label):
             first, first_wall, samples, reason, span, rounds = _in_turns(ws, sampler, rule, warmup, duet, warm)
         else:
+            collector = _collector(ws)
             with gpu_lock(ws.device.ordinal):
                 t_start = time.time()
-                first, first_wall = sampler.first()
+                if collector is not None:
+                    (first, first_wall), first_totals = collector.count(sampler.first)
+                else:
+                    first, first_wall = sampler.first()
                 for _ in range(warmup):
                     sampler.sample()
                 warm[0] = clock_state(device)
                 ((samples, reason),) = run_samples([sampler], rule)
                 span = (t_start, time.time())
+                if collector is not None:
+                    counters = _steady_state(collector, sampler, first_totals)
+                    if counters is None:
+                        collector.miss(ws.mode)
         clocks = clock_record(warm[0], clock_state(device))
         m = Measurement(
             label=label,
@@ -263,10 +287,34 @@ def measure(
             span=span,
             run_rounds=[rounds] if rounds else [],
             clocks=clocks,
+            counters=counters,
         )
     finally:
         sampler.close()
     return m
+
+
+def _collector(ws: Workspace) -> CounterCollector | None:
+    """The session's counter collector where this measurement is counted: a mode that migrates pages, and CUPTI
+    available (else None; a measurement that wanted counters and cannot have them is remembered there)."""
+    collector = ws.session.counters
+    if collector is None or not ws.memory_mode.migrates_pages:
+        return None
+    return collector if collector.begin(ws.mode) else None
+
+
+def _steady_state(
+    collector: CounterCollector, sampler: Sampler, first: SpanTotals | None
+) -> UnifiedMemoryCounters | None:
+    """The counters of the first call (``first``: its span's totals) and of :data:`STEADY_CALLS` calls after the
+    samples, in a span of their own (None: the first call's span was not counted)."""
+    if first is None:
+        return None
+    _, steady = collector.count(lambda: [sampler.sample() for _ in range(STEADY_CALLS)])
+    return UnifiedMemoryCounters(
+        first_call=CounterSample.of(first, calls=1),
+        steady=CounterSample.of(steady, calls=STEADY_CALLS) if steady is not None else None,
+    )
 
 
 def clock_state(device: Device) -> ClockState | None:

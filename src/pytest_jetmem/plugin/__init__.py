@@ -5,6 +5,7 @@
 - :mod:`~pytest_jetmem.plugin.coherence`: ``@pytest.mark.memmode_coherence``;
 - :mod:`~pytest_jetmem.plugin.concurrency`: ``@pytest.mark.memmode_concurrency`` and ``--jetmem-tegra-strict``;
 - :mod:`~pytest_jetmem.plugin.report`: ``--jetmem-report``;
+- :mod:`~pytest_jetmem.plugin.advice`: the "jetmem advice" section (which mode to pick, and why), ``--jetmem-advice``;
 - :mod:`~pytest_jetmem.plugin.against`: ``--jetmem-against``, the base and the change measured in turns;
 - :mod:`~pytest_jetmem.plugin.relay`: after a sticky CUDA error, later GPU tests run in a fresh child session;
 - :mod:`~pytest_jetmem.plugin.nogpu`: without a GPU, ``jetmem`` tests compile and check their kernels
@@ -27,6 +28,7 @@ pytest_plugins = [
     "pytest_jetmem.plugin.coherence",
     "pytest_jetmem.plugin.concurrency",
     "pytest_jetmem.plugin.report",
+    "pytest_jetmem.plugin.advice",
     "pytest_jetmem.plugin.against",
     "pytest_jetmem.plugin.nogpu",
     "pytest_jetmem.plugin.relay",

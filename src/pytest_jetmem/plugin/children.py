@@ -6,8 +6,9 @@ tests after a sticky CUDA error). All of them
 
 - get the parent's own command line (``config.invocation_params.args``, as pytest-xdist forwards it to its
   workers) less what a child must not get: the parent-only settings of :mod:`~pytest_jetmem.plugin.options`
-  (saving, the parent's outputs, ``--jetmem-against``), pytest's outputs and paths, xdist's distribution, the
-  cache plugin's options, and the files and node ids (:func:`child_argv`); other plugins' options reach them;
+  (saving, the parent's outputs, ``--jetmem-against``), pytest's outputs and paths, ``-s`` (also in a bundle such
+  as ``-vs``), xdist's distribution, pytest-cov's options, the cache plugin's options, and the files and node
+  ids (:func:`child_argv`); other plugins' options reach them;
 - are started as :class:`~pytest_jetmem.correctness.isolation.Spawned` (own process group, timeout, the whole
   group killed at the end) by :meth:`Child.start`, and driven test by test through one channel and one loop
   (:class:`Child` in the parent, :class:`DrivenChild` in the child): the parent writes JSON commands, one a
@@ -100,6 +101,32 @@ _PYTEST_PARENT_ONLY: dict[str, int | str] = {
     "--sw-reset": 0,
     "--stepwise-reset": 0,
 }
+#: pytest-cov's options: a child never runs a coverage controller of its own. One would erase the coverage data
+#: files at its start, combine and write them at its end, print its own report and fail on ``--cov-fail-under``
+#: (a ``memmode_concurrency`` child is judged by how it ended). A child's coverage is coverage.py's subprocess
+#: measurement (``[run] patch = subprocess``; pytest-cov before 7 through its ``.pth`` file): parallel data files
+#: that the parent's pytest-cov combines at its end. Where pytest-cov is loaded a child also gets ``--no-cov``
+#: last, for a ``--cov`` in ``addopts``.
+_COV_PARENT_ONLY: dict[str, int | str] = {
+    "--cov": "?",
+    "--cov-reset": 0,
+    "--cov-report": 1,
+    "--cov-config": 1,
+    "--no-cov-on-fail": 0,
+    "--no-cov": 0,
+    "--cov-fail-under": 1,
+    "--cov-append": 0,
+    "--cov-branch": 0,
+    "--cov-precision": 1,
+    "--cov-context": 1,
+}
+#: What pytest's own short options (and pytest-xdist's: lower-case short options are pytest's and xdist's alone)
+#: take: 0 nothing, 1 a value (the rest of a bundle, ``-rsx``, or the next argument). Reading a bundle such as
+#: ``-vs`` flag by flag needs it: ``-vs`` is ``-v -s``, but ``-rs`` is ``-r`` with the value ``s``.
+_SHORT_OPTIONS: dict[str, int] = {
+    **dict.fromkeys(("-k", "-m", "-r", "-W", "-c", "-p", "-o", "-n"), 1),
+    **dict.fromkeys(("-x", "-s", "-v", "-q", "-l", "-V", "-h", "-d", "-f"), 0),
+}
 #: pytest-xdist's distribution (where it is loaded): a child never distributes (it gets ``-n 0``).
 _XDIST_PARENT_ONLY: dict[str, int | str] = {
     "-n": 1,
@@ -118,7 +145,7 @@ _XDIST_PARENT_ONLY: dict[str, int | str] = {
 
 
 def _parent_only(config: pytest.Config) -> dict[str, int | str]:
-    table: dict[str, int | str] = dict(_PYTEST_PARENT_ONLY)
+    table: dict[str, int | str] = {**_PYTEST_PARENT_ONLY, **_COV_PARENT_ONLY}
     if config.pluginmanager.hasplugin("xdist"):
         table.update(_XDIST_PARENT_ONLY)
     for s in options.parent_only():
@@ -127,12 +154,35 @@ def _parent_only(config: pytest.Config) -> dict[str, int | str]:
     return table
 
 
+def _bundle(arg: str, table: dict[str, int | str]) -> tuple[str, int | str]:
+    """A bundle of short options (``-vsx``, ``-vn4``) less the parent-only ones: (what the child gets, "" for
+    nothing; what the last flag left out takes from the next argument, 0 for nothing).
+
+    Flags are read as argparse reads them: one that takes no value, then the next; one that takes a value takes
+    the rest of the bundle (``-rsx``: ``-r`` with ``sx``) or, where nothing is left, the next argument. A flag this
+    module does not know (an upper-case option of another plugin) may take a value: it and the rest are kept.
+    """
+    kept = ""
+    for j in range(1, len(arg)):
+        flag, rest = f"-{arg[j]}", arg[j + 1 :]
+        takes = table.get(flag)
+        if takes is not None:  # the parent's alone: left out, with its value
+            if takes == 0:
+                continue
+            return (f"-{kept}" if kept else ""), (0 if rest else takes)
+        if _SHORT_OPTIONS.get(flag) != 0:  # takes a value (the rest is it), or unknown: kept as it is
+            return f"-{kept}{arg[j:]}", 0
+        kept += arg[j]
+    return (f"-{kept}" if kept else ""), 0
+
+
 def child_args(config: pytest.Config) -> list[str]:
     """The parent's command line (``config.invocation_params.args``) as its children get it.
 
-    Left out: the options of :func:`_parent_only` (``--opt value``, ``--opt=value``, ``-c value``, ``-cvalue``)
-    and the files and node ids (pytest's ``file_or_dir``; everything after ``--``). Everything else is kept,
-    other plugins' options included: nothing here needs to know which options take a value.
+    Left out: the options of :func:`_parent_only` (``--opt value``, ``--opt=value``, ``-c value``, ``-cvalue``,
+    and inside a bundle of short options: ``-vs`` is ``-v``, ``-vn 4`` is ``-v``; see :func:`_bundle`) and the
+    files and node ids (pytest's ``file_or_dir``; everything after ``--``). Everything else is kept, other
+    plugins' long options included: nothing here needs to know which of those take a value.
     """
     table = _parent_only(config)
     positional = [str(a) for a in (config.getoption("file_or_dir", None) or ())]
@@ -149,16 +199,20 @@ def child_args(config: pytest.Config) -> list[str]:
             continue
         if arg.startswith("--"):
             name, glued = arg.split("=", 1)[0], "=" in arg
+            takes = table.get(name)
+            if takes is None:
+                out.append(arg)
+                continue
+            takes = 0 if glued else takes
         elif arg.startswith("-") and len(arg) > 1:
-            name, glued = arg[:2], len(arg) > 2
+            kept, takes = _bundle(arg, table)
+            if kept:
+                out.append(kept)
         else:
             out.append(arg)
             continue
-        takes = table.get(name)
-        if takes is None:
-            out.append(arg)
-        elif not glued and i < len(args) and (takes == 1 or (takes == "?" and not args[i].startswith("-"))):
-            i += 1  # its value goes with it
+        if i < len(args) and (takes == 1 or (takes == "?" and not args[i].startswith("-"))):
+            i += 1  # the value of an option left out goes with it
     return out
 
 
@@ -195,6 +249,8 @@ def child_argv(config: pytest.Config, root: Path, basetemp: Path, targets: Seque
             argv += ["-o", f"{s.dest}="]
     if config.pluginmanager.hasplugin("xdist"):
         argv += ["-n", "0"]  # the parent distributes; a child never does (an addopts "-n auto" would)
+    if config.pluginmanager.hasplugin("pytest_cov"):
+        argv += ["--no-cov"]  # no coverage controller of its own (see _COV_PARENT_ONLY), not even from addopts
     return [*argv, *filter(None, (_target(root, t) for t in targets))]
 
 
@@ -532,8 +588,8 @@ class DrivenChild:
         if self.running:
             self.channel.reply({"report": to_wire(self.config, report)})
 
-    @pytest.hookimpl(trylast=True)  # after the runtime half's: its errors are final
-    def pytest_sessionfinish(self) -> None:
+    def pytest_unconfigure(self) -> None:
+        """The session's errors go to the parent last, once every half's end of session has added its own."""
         gate = gate_session(self.config)
         with contextlib.suppress(OSError, ValueError):
             self.channel.reply({"errors": list(gate.errors) if gate is not None else []})

@@ -93,9 +93,12 @@ def pytest_runtest_call(item: pytest.Item) -> None:
     marker = item.get_closest_marker(MARKER)
     if marker is None:
         return
-    jm = getattr(item, "funcargs", {}).get("jetmem")
-    if jm is None or jm.closed:
+    from pytest_jetmem.plugin.handles import opened_of
+
+    opened = opened_of(item)  # the workspace the jetmem fixture built for this item
+    if opened is None or opened.workspace.closed:
         return
+    jm = opened.workspace
     opts = parse_marker(marker, item.nodeid)
     problems, report = run_checks(jm, opts)
     item.user_properties.append(("jetmem_coherence", report))

@@ -9,7 +9,9 @@ process is ever used in the child) and judges how the child ended:
 - ``expect="fault"``: it must be killed by SIGSEGV, the documented fault (Jetson's answer to a CPU touch of
   managed memory while a kernel runs; any other fatal signal is a fault of an undocumented kind and fails);
 - ``expect="auto"``: it must fault where ``CONCURRENT_MANAGED_ACCESS`` is 0 and survive where it is 1 (a
-  regression test for the platform itself); under ``--jetmem-tegra-strict`` the device counts as 0.
+  regression test for the platform itself); under ``--jetmem-tegra-strict`` the device counts as 0. The rule
+  is managed memory's: an item whose mode is not managed memory (``MemoryMode.is_managed``: pinned
+  ``zero_copy`` and ``registered`` memory, pageable ``system`` memory) must survive on every device.
 
 In this process (the *parent*) the item's fixtures are not set up and its body does not run: the parent needs
 no GPU. The child runs the test normally and sends its reports back as it makes them (serialised by pytest, as
@@ -113,7 +115,7 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers",
         f"{MARKER}(expect='ok', timeout={DEFAULT_TIMEOUT_S:g}): run the test in a fresh child process and judge "
         "how it ended: expect='ok' it must survive, 'fault' it must die of SIGSEGV, 'auto' it must "
-        "fault exactly where CONCURRENT_MANAGED_ACCESS is 0",
+        "fault exactly where CONCURRENT_MANAGED_ACCESS is 0 (in managed memory; in other modes it must survive)",
     )
     nodeid = os.environ.pop(NODEID_ENV, None)  # popped: a pytest this child starts in turn is no child
     config.stash[_STATE] = ConcurrencySession(
@@ -182,6 +184,18 @@ def _known_cma(config: pytest.Config) -> int | None:
     return None if value is None else int(value)
 
 
+def _rule_exempt(item: pytest.Item) -> str | None:
+    """Why the managed-memory rule does not govern ``item``'s memory (its mode is not managed memory: the mode's
+    ``host_rule``), or None: it does, or the item has no memory mode."""
+    name = markers.item_mode(item)
+    if name is None:
+        return None
+    from pytest_jetmem.cuda.modes import find_mode  # the registry only: no numpy, no driver
+
+    mode = find_mode(name)
+    return mode.host_rule if mode is not None and not mode.is_managed else None
+
+
 def _run_in_child(item: pytest.Function, spec: ConcurrencySpec, state: ConcurrencySession) -> None:
     config = item.config
     workdir = Path(tempfile.mkdtemp(prefix="jetmem-concurrency-"))
@@ -209,6 +223,7 @@ def _run_in_child(item: pytest.Function, spec: ConcurrencySpec, state: Concurren
         cma,
         tegra_strict=state.tegra_strict,
         strict_violation=str(violation) if violation is not None else None,
+        rule_exempt=_rule_exempt(item),
     )
     if not verdict.passed:
         for name, text in (("stdout", result.stdout), ("stderr", result.stderr)):

@@ -1,10 +1,11 @@
 """How the ``jetmem`` fixture builds a handle, and what it keeps for the runners.
 
-Everything a handle needs is given to its constructor (:class:`pytest_jetmem.handle.Jetmem`): the session's
-stopping rule, the channel of ``--jetmem-against``, the observers of ``--jetmem-tegra-strict`` and of the no-GPU
-check, and a sink for its measure calls. The fixture records that recipe and the calls in the item's stash, so
-the runners (:mod:`pytest_jetmem.plugin.rerun`) build further handles the same way and sample the calls again
-without reading anything but the handle's documented members.
+Everything a handle needs is given to its constructor (:class:`pytest_jetmem.handle.Jetmem`): the workspace it
+holds (built here with the observers of ``--jetmem-tegra-strict`` and of the no-GPU check), the session's stopping
+rule, the channel of ``--jetmem-against``, and a sink for its measure calls. The fixture records that recipe, the
+workspace and the calls in the item's stash, so the runners (:mod:`pytest_jetmem.plugin.rerun`, the coherence
+half, teardown) build further handles the same way, sample the calls again and reach the workspace from here,
+never through the handle, whose public members are the documented ones alone.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import pytest
 
 if TYPE_CHECKING:  # imported where used: loading the plugin imports neither the handle nor numpy
     from pytest_jetmem.cuda.session import CudaSession
-    from pytest_jetmem.cuda.workspace import WorkObserver
+    from pytest_jetmem.cuda.workspace import WorkObserver, Workspace
     from pytest_jetmem.handle import Jetmem
     from pytest_jetmem.measure.duet import Duet
     from pytest_jetmem.measure.stats import StoppingRule
@@ -33,26 +34,33 @@ class HandleRecipe:
     duet: Duet | None = None
 
     def open(self, mode: str, nodeid: str, observers: Sequence[WorkObserver] = ()) -> OpenHandle:
-        """A new handle in ``mode``; its measure calls are collected in the result (the caller closes it)."""
+        """A new workspace in ``mode`` and the handle that holds it; its measure calls are collected in the
+        result (the caller closes it: :meth:`OpenHandle.close`)."""
+        from pytest_jetmem.cuda.workspace import Workspace
         from pytest_jetmem.handle import Jetmem
 
-        opened = OpenHandle(self)
-        opened.handle = Jetmem(
-            self.session, mode, nodeid, self.stopping_rule, observers=observers, duet=self.duet, on_measure=opened.sink
-        )
+        workspace = Workspace(self.session, mode, nodeid, observers=observers)
+        opened = OpenHandle(self, workspace)
+        opened.handle = Jetmem(workspace, stopping_rule=self.stopping_rule, duet=self.duet, on_measure=opened.sink)
         return opened
 
 
 @dataclass(eq=False)
 class OpenHandle:
-    """A handle and the measure calls it made, in call order."""
+    """A handle, the workspace it holds (what the runners and teardown use: its buffers, its closing, its
+    device's state) and the measure calls it made, in call order."""
 
     recipe: HandleRecipe
+    workspace: Workspace
     handle: Jetmem = field(init=False)
     calls: list[MeasureCall] = field(default_factory=list)
 
     def sink(self, measurement: Measurement, call: MeasureCall) -> None:
         self.calls.append(call)
+
+    def close(self) -> list[str]:
+        """Free every live buffer of the handle; the problems met (empty: none)."""
+        return self.workspace.close()
 
 
 _OPENED = pytest.StashKey[OpenHandle]()

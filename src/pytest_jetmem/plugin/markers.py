@@ -16,6 +16,8 @@ COHERENCE = "memmode_coherence"
 CONCURRENCY = concurrency.MARKER
 #: The fixtures that put a test on the GPU (or, without one, on the no-GPU check session).
 GPU_FIXTURES = frozenset({"memmode", "jetmem", "jetmem_device"})
+#: The parameter (the ``memmode`` fixture's) that carries a memmode item's memory mode.
+MODE_PARAM = "memmode"
 
 T = TypeVar("T")
 
@@ -27,6 +29,12 @@ def mode_names(*, default_only: bool = False) -> tuple[str, ...]:
     from pytest_jetmem.cuda import modes
 
     return modes.default_names() if default_only else modes.names()
+
+
+def item_mode(item: pytest.Item) -> str | None:
+    """The memory mode an item was parametrized with (None: not a memmode test)."""
+    callspec = getattr(item, "callspec", None)
+    return callspec.params.get(MODE_PARAM) if callspec is not None else None
 
 
 def uses_jetmem(item: pytest.Item) -> bool:

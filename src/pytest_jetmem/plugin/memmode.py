@@ -22,26 +22,29 @@ from pytest_jetmem.plugin.runtime_spec import (
     parse_runtime_marker,
     self_ratio,
 )
-from pytest_jetmem.plugin.sessions import device_session
+from pytest_jetmem.plugin.sessions import device_session, made_device_session
 
 if TYPE_CHECKING:
     from pytest_jetmem.cuda import driver
     from pytest_jetmem.cuda.device import DeviceInfo
     from pytest_jetmem.cuda.session import CudaSession
     from pytest_jetmem.handle import Jetmem
+    from pytest_jetmem.plugin.handles import OpenHandle
 
-PARAM = "memmode"
+PARAM = markers.MODE_PARAM
+item_mode = markers.item_mode
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    options.add(parser, "modes", "cache_dir", modes=", ".join(markers.mode_names()))
+    options.add(parser, "modes", "cache_dir", modes=lambda: ", ".join(markers.mode_names()))  # listed when shown
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
         f"{markers.MEMMODE}(*modes): run the test once per memory mode ({', '.join(markers.mode_names())}); "
-        f"no arguments: every default mode ({', '.join(markers.mode_names(default_only=True))}) the device supports",
+        f"no arguments: every default mode ({', '.join(markers.mode_names(default_only=True))}) the device supports, "
+        "and the modes --jetmem-modes names",
     )
     device_session(config)  # a bad --jetmem-modes stops the run here
     options.cache_dir(config)  # so does a kernel cache path that is a file
@@ -52,11 +55,16 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     if os.environ.get("JETMEM_DEVICE", "").strip():
         avail = device_session(session.config).availability()
         if avail.misconfigured:
-            raise pytest.UsageError(f"{avail.reason} (unset JETMEM_DEVICE to use device 0)")
+            raise pytest.UsageError(
+                f"{avail.reason}; or unset JETMEM_DEVICE for the default: device 0, or one device per "
+                "pytest-xdist worker"
+            )
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    device_session(config).close()
+    made = made_device_session(config)  # none where a usage error stopped pytest_configure: say that error alone
+    if made is not None:
+        made.close()
 
 
 def marker_modes(marker: pytest.Mark, test_name: str) -> tuple[str, ...]:
@@ -107,29 +115,80 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     why = self_ratio(spec, modes, metafunc.definition.nodeid) if spec is not None else None
     if why is not None:
         pytest.fail(why, pytrace=False)
+    selected = device_session(metafunc.config).selected_modes
+    marker = metafunc.definition.get_closest_marker(markers.MEMMODE)
+    if selected and marker is not None and not marker.args:  # a bare marker: the defaults and the selection
+        from pytest_jetmem.cuda.modes import names
+
+        modes = tuple(name for name in names() if name in modes or name in selected)
     if PARAM not in metafunc.fixturenames:
         metafunc.fixturenames.append(PARAM)
     metafunc.parametrize(PARAM, modes, ids=list(modes), indirect=True)
 
 
+#: Under ``--jetmem-modes=all``: mode -> (why the device cannot do it, how many items were left out).
+_LEFT_OUT = pytest.StashKey[dict[str, tuple[str, int]]]()
+
+
+def asks_every_mode(config: pytest.Config) -> bool:
+    """``--jetmem-modes`` (or the ini key ``jetmem_modes``) is ``all``: every registered mode the device supports."""
+    text, _ = options.raw(config, "modes")
+    if text is None:
+        return False
+    from pytest_jetmem.cuda.modes import selects_every_mode
+
+    return selects_every_mode(str(text))
+
+
+def _unsupported_modes(config: pytest.Config) -> dict[str, str]:
+    """Mode -> why the device cannot do it (opens the device; empty where there is none: nothing to ask)."""
+    avail = device_session(config).availability()
+    if not avail.ok or avail.info is None:
+        return {}
+    from pytest_jetmem.cuda.modes import registered
+
+    reasons = {mode.name: mode.unsupported_reason(avail.info) for mode in registered()}
+    return {name: reason for name, reason in reasons.items() if reason}
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Deselect the items of modes ``--jetmem-modes`` leaves out; under ``all``, those of modes the device cannot do
+    (said once in the terminal summary: :func:`pytest_terminal_summary`)."""
     selected = device_session(config).selected_modes
     if selected is None:
         return
+    unsupported: dict[str, str] = {}
+    if asks_every_mode(config) and any(item_mode(item) is not None for item in items):
+        unsupported = _unsupported_modes(config)
     keep: list[pytest.Item] = []
     drop: list[pytest.Item] = []
+    left_out: dict[str, tuple[str, int]] = {}
     for item in items:
         mode = item_mode(item)
-        (drop if mode is not None and mode not in selected else keep).append(item)
+        if mode is not None and mode in unsupported:
+            reason, count = left_out.get(mode, (unsupported[mode], 0))
+            left_out[mode] = (reason, count + 1)
+        (drop if mode is not None and (mode not in selected or mode in unsupported) else keep).append(item)
+    config.stash[_LEFT_OUT] = left_out
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
 
 
-def item_mode(item: pytest.Item) -> str | None:
-    """The memory mode an item was parametrized with (None: not a memmode test)."""
-    callspec = getattr(item, "callspec", None)
-    return callspec.params.get(PARAM) if callspec is not None else None
+def left_out_line(left_out: dict[str, tuple[str, int]]) -> str:
+    """The terminal summary's one line on the modes ``--jetmem-modes=all`` left out, and why."""
+    count = sum(n for _, n in left_out.values())
+    why = "; ".join(reason for reason, _ in left_out.values())
+    return (
+        f"jetmem: --jetmem-modes=all left out {count} test item{'s' if count != 1 else ''} in "
+        f"{', '.join(left_out)}, which this device cannot do: {why}"
+    )
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    left_out = config.stash.get(_LEFT_OUT, {})
+    if left_out:
+        terminalreporter.write_line(left_out_line(left_out))
 
 
 def _backend_or_none() -> driver.DriverBackend | None:
@@ -166,7 +225,12 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     """The modes selected; the device too where it is already open (``JETMEM_DEVICE``) or on an xdist controller,
     which collects nothing. Elsewhere the device is opened (and said) after collection, only for jetmem tests."""
     session = device_session(config)
-    selected = ", ".join(session.selected_modes) if session.selected_modes else "all"
+    if session.selected_modes is None:
+        selected = "as marked"
+    elif asks_every_mode(config):
+        selected = f"all ({', '.join(session.selected_modes)}: those the device supports)"
+    else:
+        selected = ", ".join(session.selected_modes)
     shown = session.probed_info is not None or config.pluginmanager.has_plugin("dsession")
     return [*(_device_lines(config) if shown else []), f"jetmem: modes selected: {selected}"]
 
@@ -254,11 +318,11 @@ def jetmem(request: pytest.FixtureRequest, memmode: str) -> Iterator[Jetmem]:
     try:
         yield opened.handle
     finally:
-        _teardown(session.cuda, opened.handle, nodeid)
+        _teardown(session.cuda, opened, nodeid)
 
 
-def _teardown(cuda: CudaSession, handle: Jetmem, nodeid: str) -> None:
-    problems = handle.close()
+def _teardown(cuda: CudaSession, opened: OpenHandle, nodeid: str) -> None:
+    problems = opened.close()
     if not problems:
         return
     sticky = _sticky_error(cuda)

@@ -152,7 +152,7 @@ def check_handle(request: pytest.FixtureRequest, memmode: str, avail: Availabili
     try:
         yield opened.handle
     finally:
-        opened.handle.close()
+        opened.close()
 
 
 def close(config: pytest.Config) -> None:

@@ -11,9 +11,10 @@ expected.
 
 from __future__ import annotations
 
+import argparse
 import math
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,8 @@ import pytest
 GROUP = "jetmem"
 GROUP_DESCRIPTION = "memory-mode testing of CUDA code (pytest-jetmem)"
 AMBIGUOUS_POLICIES = ("pass", "warn", "fail")
+ADVICE_CHOICES = ("on", "off")
+COUNTERS_POLICIES = ("auto", "off")
 WINDOW_SESSIONS = 10  # measure.baseline.WINDOW_SESSIONS (a test checks they agree), not imported for a help text
 
 
@@ -63,9 +66,10 @@ SETTINGS: tuple[Setting, ...] = (
     # the memmode half
     Setting(
         "modes",
-        "run memmode tests only in these memory modes (comma or space separated: {modes})",
+        "run memmode tests only in these memory modes (comma or space separated: {modes}; a bare memmode marker "
+        "adds them to its default modes), or 'all': every mode the device supports",
         metavar="MODES",
-        ini_help="memory modes to run memmode tests in (default: all)",
+        ini_help="memory modes to run memmode tests in, or 'all' (default: the marker's modes)",
     ),
     Setting(
         "cache_dir",
@@ -168,6 +172,15 @@ SETTINGS: tuple[Setting, ...] = (
         ini_help="target relative noise of the median",
         ini_default="0.01",
     ),
+    Setting(
+        "counters",
+        "unified-memory counters (CUPTI: bytes migrated, page faults) for measurements in modes that migrate "
+        "pages, the first call and a few calls after the samples: auto (default: where CUPTI can give them) "
+        "or off",
+        choices=COUNTERS_POLICIES,
+        ini_help="unified-memory counters: auto or off",
+        ini_default="auto",
+    ),
     # the concurrency half
     Setting(
         "tegra_strict",
@@ -186,6 +199,15 @@ SETTINGS: tuple[Setting, ...] = (
         metavar="PATH",
         ini_help="write the HTML timing report to this path (relative to the rootdir), like --jetmem-report",
         child=False,  # a child's rows travel to its parent, which writes the report
+    ),
+    # the advice half
+    Setting(
+        "advice",
+        "the 'jetmem advice' section at the end of the run (which memory mode to pick for each test measured in "
+        "two or more modes, and why): on (default) or off",
+        choices=ADVICE_CHOICES,
+        ini_help="the 'jetmem advice' section: on or off",
+        ini_default="on",
     ),
     # the against half
     Setting(
@@ -228,20 +250,49 @@ def option_group(parser: pytest.Parser) -> pytest.OptionGroup:
     return parser.getgroup(GROUP, GROUP_DESCRIPTION)
 
 
-def add(parser: pytest.Parser, *names: str, **help_values: str) -> None:
+def live_help(fields: Mapping[str, Callable[[], str]]) -> type[argparse.Action]:
+    """argparse's ``store`` action with a help text whose ``{...}`` fields are filled each time it is shown.
+
+    ``pytest_addoption`` runs before a ``conftest.py`` can register a memory mode; ``--help`` is shown after
+    it has. argparse reads an action's ``help`` when it formats the help (its documented ``%(...)s`` expansion
+    happens then too), so the text asks ``fields`` (``modes``: the registry's names) at that time. A custom
+    action class is what ``parser.addoption`` documents (``add_argument``'s arguments); no pytest internals.
+    """
+
+    class StoreWithLiveHelp(argparse.Action):
+        def __call__(
+            self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any, option: Any = None
+        ) -> None:
+            setattr(namespace, self.dest, values)
+
+        @property
+        def help(self) -> str | None:
+            template = self.__dict__.get("help_template")
+            return template.format(**{k: fill() for k, fill in fields.items()}) if template else template
+
+        @help.setter
+        def help(self, template: str | None) -> None:
+            self.__dict__["help_template"] = template
+
+    return StoreWithLiveHelp
+
+
+def add(parser: pytest.Parser, *names: str, **help_fields: Callable[[], str]) -> None:
     """Register the options and ini keys of the settings ``names`` (a half's ``pytest_addoption`` calls this).
 
-    ``help_values`` fill the ``{...}`` fields of a help text (``modes=...``: the registered memory modes).
+    ``help_fields`` fill the ``{...}`` fields of a help text when ``--help`` shows it (``modes=``: a function that
+    returns the registered memory modes, so a mode a ``conftest.py`` registers is listed; see :func:`live_help`).
     """
     group = option_group(parser)
     for name in names:
         s = _BY_NAME[name]
         if s.option:
-            text = s.help.format(**help_values) if help_values else s.help
-            kwargs: dict[str, Any] = {"dest": s.dest, "default": s.default, "help": text}
+            kwargs: dict[str, Any] = {"dest": s.dest, "default": s.default, "help": s.help}
             if s.takes == "flag":
                 kwargs["action"] = "store_true"
             else:
+                if "{" in s.help:
+                    kwargs["action"] = live_help(help_fields)
                 if s.takes == "optional":
                     kwargs.update(nargs="?", const=s.const)
                 for key in ("type", "metavar", "choices"):
@@ -313,6 +364,16 @@ def get_bool(config: pytest.Config, name: str) -> bool:
     """A flag: the option if given (store_true with default None), else the ini key (type bool)."""
     value, _ = raw(config, name)
     return bool(value)
+
+
+def get_choice(config: pytest.Config, name: str) -> str:
+    """One of the setting's ``choices`` (case and spaces ignored), else a UsageError naming where it came from."""
+    value, source = raw(config, name)
+    choices = _BY_NAME[name].choices or ()
+    text = str(value).strip().lower()
+    if text not in choices:
+        raise pytest.UsageError(f"{source}: expected one of {', '.join(choices)}, got {value!r}")
+    return text
 
 
 def get_float(config: pytest.Config, name: str, *, minimum: float, what: str) -> float:

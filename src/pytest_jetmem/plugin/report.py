@@ -19,9 +19,10 @@ import pytest
 from pytest_jetmem.plugin import options
 from pytest_jetmem.plugin.judging import report_records
 from pytest_jetmem.plugin.options import check_output_path
-from pytest_jetmem.plugin.sessions import gate_session
+from pytest_jetmem.plugin.sessions import device_session, gate_session
 
 if TYPE_CHECKING:  # imported where used: only a run with --jetmem-report loads the report layer
+    from pytest_jetmem.measure.advice import SessionAdvice
     from pytest_jetmem.measure.record import MeasurementRecord
 
 _REPORT = pytest.StashKey["ReportWriter"]()
@@ -88,6 +89,7 @@ class ReportWriter:
                 machine=machine.to_dict() if machine else None,
                 trends=trends,
                 title=f"pytest-jetmem report: {config.rootpath.name}",
+                advice=self.advice(config),
             )
         except OSError as exc:
             self.error = (
@@ -95,6 +97,16 @@ class ReportWriter:
                 f"{len(self.rows)} measurement(s) was not written (the table above has them)"
             )
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+    def advice(self, config: pytest.Config) -> SessionAdvice | None:
+        """The advice section of the page (:mod:`pytest_jetmem.measure.advice`; ``--jetmem-advice=off`` turns off the
+        terminal's section only): None where no test was measured in two or more modes."""
+        from pytest_jetmem.measure.advice import DeviceFacts, advise, comparable
+
+        if not comparable(self.rows):
+            return None
+        info = device_session(config).availability().info
+        return advise(self.rows, DeviceFacts.of(info) if info is not None else None)
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if self.written:

@@ -46,7 +46,7 @@ def side_by_side(item: pytest.Function, handle: Jetmem, spec: RuntimeSpec) -> di
             )
         out = {}
         for i, (a_call, b_call) in enumerate(zip(first.calls, ref.calls, strict=True)):
-            a, b = a_call.sampler(handle), b_call.sampler(ref.handle)
+            a, b = a_call.sampler(first.workspace), b_call.sampler(ref.workspace)
             try:
                 with gpu_lock(handle.device.ordinal):
                     for _ in range(a_call.warmup):
@@ -60,7 +60,7 @@ def side_by_side(item: pytest.Function, handle: Jetmem, spec: RuntimeSpec) -> di
             out[i] = (ratio, lo, hi, float(np.median(sa)), float(np.median(sb)), len(sa))
         return out
     finally:
-        problems = ref.handle.close()
+        problems = ref.close()
         if problems:
             warnings.warn(f"jetmem: reference run of {item.nodeid}: {'; '.join(problems)}", stacklevel=1)
 
@@ -86,7 +86,7 @@ def _rerun_body(item: pytest.Function, mode: str, what: str) -> OpenHandle:
     try:
         item.obj(**args)
     except BaseException:
-        other.handle.close()
+        other.close()
         raise
     return other
 
@@ -95,7 +95,8 @@ def more_runs(item: pytest.Function, handle: Jetmem, extra: int) -> None:
     """Repeat the body ``extra`` times with fresh allocations; fold each run into the measurements."""
     others: list[list[Measurement]] = []
     for r in range(extra):
-        h = _rerun_body(item, handle.mode, f"run {r + 2}").handle
+        run = _rerun_body(item, handle.mode, f"run {r + 2}")
+        h = run.handle
         try:
             if len(h.measurements) != len(handle.measurements):
                 pytest.fail(
@@ -105,7 +106,7 @@ def more_runs(item: pytest.Function, handle: Jetmem, extra: int) -> None:
                 )
             others.append(h.measurements)
         finally:
-            h.close()
+            run.close()
     for i, m in enumerate(handle.measurements):
         m.add_runs([run[i] for run in others])
 

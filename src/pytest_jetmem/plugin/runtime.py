@@ -50,7 +50,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     options.add(
         parser,
         *("save", "compare", "fail", "baseline_dir", "strict_machine", "overwrite", "ambiguous"),
-        *("window", "runs", "benchmark_json", "max_time", "noise"),
+        *("window", "runs", "benchmark_json", "max_time", "noise", "counters"),
     )
 
 
@@ -67,6 +67,7 @@ def pytest_configure(config: pytest.Config) -> None:
     overwrite = bool(config.getoption("jetmem_overwrite"))
     device = device_session(config)
     device.set_stopping_rule(target_rel_noise=noise, max_time_s=max_time)
+    device.count_unified_memory = _counters_policy(config) == "auto"
     bdir = options.get_str(config, "baseline_dir") or ".jetmem/baselines"
     gate = GateSession(
         device=device,
@@ -111,9 +112,11 @@ class _XdistHooks:
         node.workerinput["jetmem_session"] = self.state.session_id
 
     def pytest_testnodedown(self, node: Any, error: Any) -> None:
-        for err in getattr(node, "workeroutput", {}).get("jetmem_errors", []):
+        output = getattr(node, "workeroutput", {})
+        for err in output.get("jetmem_errors", []):
             if err not in self.state.errors:
                 self.state.errors.append(err)
+        _add_counter_misses(self.state, output.get("jetmem_counter_misses") or {})
 
 
 def _ambiguous_policy(config: pytest.Config) -> str:
@@ -121,6 +124,14 @@ def _ambiguous_policy(config: pytest.Config) -> str:
     text = str(value).strip().lower()
     if text not in AMBIGUOUS_POLICIES:
         raise pytest.UsageError(f"{source}: expected one of {', '.join(AMBIGUOUS_POLICIES)}, got {value!r}")
+    return text
+
+
+def _counters_policy(config: pytest.Config) -> str:
+    value, source = options.raw(config, "counters")
+    text = str(value).strip().lower()
+    if text not in options.COUNTERS_POLICIES:
+        raise pytest.UsageError(f"{source}: expected one of {', '.join(options.COUNTERS_POLICIES)}, got {value!r}")
     return text
 
 
@@ -248,7 +259,7 @@ def _judge(item: pytest.Function, handle: Jetmem, spec: RuntimeSpec | None) -> l
         if i in ratios and spec.relative_to is not None:
             ratio, lo, hi, own_median, ref_median, n = ratios[i]
             record.ratio = SideBySide(float(ratio), (float(lo), float(hi)), spec.relative_to, float(ref_median))
-            if is_judged and spec.max_ratio is not None and ratio > spec.max_ratio:
+            if is_judged and not reference and spec.max_ratio is not None and ratio > spec.max_ratio:
                 failures.append(
                     f"{m.mode} {m.key}: {m.mode}/{spec.relative_to} = {ratio:.3f} (99% CI {lo:.3f}..{hi:.3f}; "
                     f"medians {own_median:.4g} vs {ref_median:.4g} ms, {n} interleaved samples each) "
@@ -325,13 +336,31 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
                 hint = " (pass --jetmem-overwrite to replace it)" if exc.kind is BaselineErrorKind.CANNOT_ADD else ""
                 state.errors.append(f"--jetmem-save: {exc}{hint}")
                 session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    _add_counter_misses(state, _counter_misses(state))
     workeroutput = getattr(config, "workeroutput", None)
     if workeroutput is not None:
         workeroutput["jetmem_errors"] = list(state.errors)  # the controller reports them and fails the run
+        workeroutput["jetmem_counter_misses"] = state.counter_misses  # the controller says them, once
     elif state.errors:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
     if state.benchmark_json and state.rows and not hasattr(config, "workerinput"):
         _write_benchmark_json(session, state, state.benchmark_json)
+
+
+def _counter_misses(state: GateSession) -> dict[str, dict[str, int]]:
+    """This process's measurements that wanted unified-memory counters and got none: {reason: {mode: count}}."""
+    cuda = state.device.cuda
+    counters = cuda.counters if cuda is not None else None
+    if counters is None or not counters.missed or counters.reason is None:
+        return {}
+    return {counters.reason: dict(counters.missed)}
+
+
+def _add_counter_misses(state: GateSession, misses: dict[str, dict[str, int]]) -> None:
+    for reason, per_mode in misses.items():
+        mine = state.counter_misses.setdefault(reason, {})
+        for mode, n in per_mode.items():
+            mine[mode] = mine.get(mode, 0) + int(n)
 
 
 def _benchmark_json_path(config: pytest.Config) -> str | None:
@@ -373,6 +402,11 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
         if state.jetson_before is not None and for_device(state.jetson_before, integrated).is_jetson:
             for w in timing_warnings(state.jetson_before, after):
                 tr.write_line(f"jetmem: warning: {w}", yellow=True)
+    if state.counter_misses:
+        from pytest_jetmem.cuda.counters import missed_note
+
+        for reason, per_mode in state.counter_misses.items():
+            tr.write_line(f"jetmem: {missed_note(reason, per_mode)}", yellow=True)
     if state.baseline_skip is not None:  # also where nothing was measured (no GPU): a missing baseline is never silent
         tr.write_line(f"jetmem: {state.baseline_skip.text}", yellow=True)
     _nothing_saved_note(tr, state)
@@ -398,7 +432,21 @@ def format_table(rows: Sequence[MeasurementRecord]) -> list[str]:
     """One row per test, mode and measurement: median, spread, ratio, first call, baseline delta, verdict."""
     from pytest_jetmem.measure.record import BaselineComparison
 
-    header = ("test", "mode", "what", "median ms", "MAD ms", "n", "ratio", "first call ms", "vs baseline", "verdict")
+    header: tuple[str, ...] = (
+        "test",
+        "mode",
+        "what",
+        "median ms",
+        "MAD ms",
+        "n",
+        "ratio",
+        "first call ms",
+        "vs baseline",
+        "verdict",
+    )
+    counted = any(r.counters is not None for r in rows)  # no column where nothing was counted: never zeros
+    if counted:
+        header = (*header, "unified memory")
     body = []
     for r in rows:
         stats, judgement = r.statistics, r.judgement
@@ -422,6 +470,7 @@ def format_table(rows: Sequence[MeasurementRecord]) -> list[str]:
                 first,
                 base[:40],
                 judgement.verdict.value,
+                *((r.counters.summary() if r.counters is not None else "",) if counted else ()),
             )
         )
     widths = [max(len(h), *(len(b[i]) for b in body)) for i, h in enumerate(header)]

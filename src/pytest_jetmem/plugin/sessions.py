@@ -46,6 +46,9 @@ class DeviceSession:
         self.relay_allowed = True
         #: in a relay, the session id of the parent (its baseline entries merge with the parent's)
         self.parent_session: str | None = None
+        #: whether measurements in modes that migrate pages take CUPTI's unified-memory counters
+        #: (``--jetmem-counters``: the runtime half sets it)
+        self.count_unified_memory = False
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> DeviceSession:
@@ -82,14 +85,17 @@ class DeviceSession:
         """Open the device on first use; where that fails, ``reason`` says why (GPU tests skip with it)."""
         if self._availability is None:
             from pytest_jetmem.cuda.compiler import KernelCache
+            from pytest_jetmem.cuda.counters import CounterCollector
             from pytest_jetmem.cuda.device import open_device
             from pytest_jetmem.cuda.session import CudaSession
 
             self._availability = open_device()
             if self._availability.ok:
-                assert self._availability.device is not None
+                device = self._availability.device
+                assert device is not None
                 cache = KernelCache(options.get_str(self.config, "cache_dir"))
-                self.cuda = CudaSession(self._availability.device, cache, include_dirs=include_dirs(self.config))
+                counters = CounterCollector(device.drv, device.info.ordinal) if self.count_unified_memory else None
+                self.cuda = CudaSession(device, cache, include_dirs=include_dirs(self.config), counters=counters)
         return self._availability
 
     @property
@@ -127,6 +133,12 @@ def device_session(config: pytest.Config) -> DeviceSession:
     return session
 
 
+def made_device_session(config: pytest.Config) -> DeviceSession | None:
+    """The session's :class:`DeviceSession` if one was made (None: none was, e.g. a bad ``--jetmem-modes`` stopped
+    the run in ``pytest_configure``; unconfiguring then must not read the options again)."""
+    return config.stash.get(_DEVICE, None)
+
+
 @dataclass
 class GateSession:
     """The ``memmode_runtime`` half's session: options, baselines, the measurement records, the machine."""
@@ -151,6 +163,9 @@ class GateSession:
     entries: dict[str, Entry] = field(default_factory=dict)
     rows: list[MeasurementRecord] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    #: measurements that wanted unified-memory counters and got none: per reason, the count per memory mode
+    #: (this process's and every xdist worker's, said in one line per reason)
+    counter_misses: dict[str, dict[str, int]] = field(default_factory=dict)
     _machine: Machine | None = None
     _store: BaselineStore | None = None
 

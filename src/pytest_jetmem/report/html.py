@@ -27,6 +27,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from pytest_jetmem.atomic import write_atomic
+from pytest_jetmem.measure.advice import Advice, RuleVerdict, SessionAdvice, advice_header, advice_lines
 from pytest_jetmem.measure.record import BaselineComparison, MeasurementRecord
 from pytest_jetmem.report.charts import NO_MATPLOTLIB_NOTE, chart_backend, draw_chart, escape, format_ms, mode_color
 from pytest_jetmem.report.rows import (
@@ -152,7 +153,8 @@ def _baseline_class(row: MeasurementRecord) -> str:
 
 
 def _table(groups: Sequence[Group]) -> str:
-    head = "".join(f"<th>{escape(c)}</th>" for c in _COLUMNS)
+    counted = any(r.counters is not None for g in groups for r in g.rows)  # no column where nothing was counted
+    head = "".join(f"<th>{escape(c)}</th>" for c in (*_COLUMNS, *(("unified memory",) if counted else ())))
     body: list[str] = []
     for g in groups:
         for r in g.rows:
@@ -180,7 +182,8 @@ def _table(groups: Sequence[Group]) -> str:
                 )
                 + _num_td(base_text, base_v, _baseline_class(r))
                 + f'<td class="{_verdict_class(verdict)}">{escape(verdict)}</td>'
-                "</tr>"
+                + (f"<td>{escape(r.counters.summary() if r.counters is not None else '')}</td>" if counted else "")
+                + "</tr>"
             )
     return (
         f'<div class="wide"><table class="sortable" id="rows"><thead><tr>{head}</tr></thead><tbody>\n'
@@ -205,6 +208,35 @@ def _machine_table(machine: Mapping[str, object] | None) -> str:
     return f'<table class="machine"><tbody>{cells}</tbody></table>'
 
 
+def _advice_block(a: Advice) -> str:
+    """One test's advice: the pick or "no clear winner", the other modes, the reasons, the note's verdict."""
+    lines = advice_lines(a, indent="", rule_text=False)
+    head, rest = lines[0], lines[1:]
+    items = [ln[4:] for ln in rest if ln.startswith("  - ")]
+    others = [ln for ln in rest if not ln.startswith("  - ") and ln != "why:"]
+    verdict_class = {RuleVerdict.AGREES: "ok", RuleVerdict.DISAGREES: "worse"}.get(a.rule.verdict, "info")
+    out = [
+        f'<section class="advice"><h3>{escape(a.test)} <span class="info">{escape(a.key)}</span></h3>',
+        f'<p class="{"ok" if a.pick else "info"}">{escape(head)}</p>',
+    ]
+    for line in others:
+        css = verdict_class if line.startswith("the note") else ""
+        out.append(f'<p class="{css}">{escape(line)}</p>' if css else f"<p>{escape(line)}</p>")
+    if items:
+        out.append("<ul>" + "".join(f"<li>{escape(i)}</li>" for i in items) + "</ul>")
+    out.append("</section>")
+    return "\n".join(out)
+
+
+def _advice_section(advice: SessionAdvice) -> list[str]:
+    """The page's advice: the device and the note's rule once, then one block per test and measurement."""
+    out = ["<h2>Advice</h2>"]
+    for line in advice_header(advice):  # the note's address as text: the page holds no URL a browser would follow
+        out.append(f'<p class="meta">{escape(line.replace("https://", ""))}</p>')
+    out.extend(_advice_block(a) for a in advice.advice)
+    return out
+
+
 def render_html(
     rows: Sequence[MeasurementRecord],
     *,
@@ -214,8 +246,10 @@ def render_html(
     title: str = "pytest-jetmem report",
     charts: str = "auto",
     created: str | None = None,
+    advice: SessionAdvice | None = None,
 ) -> str:
-    """The report page. ``charts``: ``"auto"`` (matplotlib when installed, else SVG), ``"matplotlib"``, ``"svg"``."""
+    """The report page. ``charts``: ``"auto"`` (matplotlib when installed, else SVG), ``"matplotlib"``, ``"svg"``;
+    ``advice``: the "Advice" section (which mode to pick for each test measured in two or more modes), if any."""
     backend = chart_backend(charts)
     trends = trends or Trends()
     groups = group_rows(rows)
@@ -249,6 +283,8 @@ def render_html(
             "same test and measurement, timed one after the other; ratios without one were measured side by side "
             "(interleaved) by <code>memmode_runtime(max_ratio=..., relative_to=...)</code>. Click a column to sort.</p>"
         )
+        if advice is not None and advice.advice:
+            out.extend(_advice_section(advice))
         out.append("<h2>Charts</h2>")
         for g in groups:
             out.append(f'<section id="{g.anchor}" class="test-chart"><h3>{escape(g.name)}</h3>')
@@ -279,13 +315,18 @@ def write_report(
     notes: Sequence[str] = (),
     title: str = "pytest-jetmem report",
     charts: str = "auto",
+    advice: SessionAdvice | None = None,
 ) -> tuple[Path, Path]:
-    """Write the HTML page to ``path`` and its JSON twin next to it (:func:`json_path_for`); returns both paths."""
+    """Write the HTML page to ``path`` and its JSON twin next to it (:func:`json_path_for`); returns both paths.
+    ``advice``: the page's "Advice" section and the twin's ``advice`` key (null without it)."""
     html_path = Path(path)
     json_file = json_path_for(html_path)
     created = utc_now()
     doc = report_document(rows, machine=machine, trends=trends, notes=notes, created=created)
-    page = render_html(rows, machine=machine, trends=trends, notes=notes, title=title, charts=charts, created=created)
+    doc["advice"] = advice.to_json() if advice is not None else None
+    page = render_html(
+        rows, machine=machine, trends=trends, notes=notes, title=title, charts=charts, created=created, advice=advice
+    )
     for target in (html_path, json_file):  # neither is written where one of them cannot be: no stray twin
         if target.is_dir():
             raise IsADirectoryError(errno.EISDIR, "is a directory", str(target))

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -18,7 +17,7 @@ from pathlib import Path
 
 from pytest_jetmem.cuda.modes import rank as mode_rank
 from pytest_jetmem.measure.baseline import Baseline, BaselineError, BaselineStore, Machine, entry_key
-from pytest_jetmem.measure.record import MeasurementRecord
+from pytest_jetmem.measure.record import MeasurementRecord, group_name
 
 __all__ = [
     "FORMAT",
@@ -52,24 +51,6 @@ def utc_now() -> str:
 
 
 # -- grouping ------------------------------------------------------------------------------------------
-def group_name(nodeid: str, mode: str) -> str:
-    """The test a row belongs to: its node id with the memory mode removed from the parameter id.
-
-    ``t.py::test_conv[15x15-device]`` -> ``t.py::test_conv[15x15]``; ``t.py::test_a[zero_copy]`` -> ``t.py::test_a``.
-    """
-    m = re.fullmatch(r"(.*?)\[(.*)\]", nodeid, flags=re.S)
-    if not m:
-        return nodeid
-    parts = m.group(2).split("-")
-    for i in range(len(parts) - 1, -1, -1):
-        if parts[i] == mode:
-            del parts[i]
-            break
-    else:
-        return nodeid
-    return f"{m.group(1)}[{'-'.join(parts)}]" if parts else m.group(1)
-
-
 @dataclass
 class Group:
     """The rows of one test (every mode), in the order their measurements were first seen."""
