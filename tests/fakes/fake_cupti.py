@@ -12,10 +12,12 @@ What it models, as the real CUPTI does it (tests/gpu/test_counters_gpu.py checks
   callback only on a flush;
 - nothing is reported until a managed allocation is made after the configuration (seen on an H100: CUPTI starts
   reporting at the first ``cuMemAllocManaged`` after ``cuptiActivityConfigureUnifiedMemoryCounter``);
-- with a :class:`~fakes.fake_driver.FakeDriver` (``driver=``), migration on first touch: at a flush, each launch
-  made while enabled whose pointer arguments reach a managed (or pageable) allocation not yet on the GPU gives a
-  host-to-device record of the allocation's size and a GPU page-fault record, and the allocation stays on the
-  GPU; later launches on it give nothing. ``script`` replaces that with records of one's own;
+- with a :class:`~fakes.fake_driver.FakeDriver` (``driver=``), what the driver migrated: at a flush, each launch
+  made while enabled that moved an allocation's pages from the host to the GPU (``Launch.migrated``: managed or
+  pageable memory whose pages were on the host, where they start and where a prefetch to the CPU puts them back)
+  gives a host-to-device record of the allocation's size and a GPU page-fault record; a launch while disabled moves
+  the pages all the same, unreported, and launches on memory already on the GPU give nothing. ``script`` replaces
+  that with records of one's own;
 - ``refuse={"activity_enable": "ERROR_UM_PROFILING_NOT_SUPPORTED"}``: that call raises ``cuptiError`` with
   the result; ``unsupported_kinds`` are counter kinds the configuration refuses (``ERROR_INVALID_PARAMETER``);
 - ``events`` is the timeline: each call with the number of kernel launches the fake driver had seen then.
@@ -124,7 +126,6 @@ class FakeCupti:
     script: Callable[[int, int], Sequence[Record]] | None = None  # (span number, launches in it) -> records
     refuse: dict[str, str] = field(default_factory=dict)  # call name -> Result name it raises
     unsupported_kinds: tuple[str, ...] = ()
-    migrating_kinds: tuple[str, ...] = ("managed", "pageable")  # allocation kinds of the fake driver
 
     events: list[tuple[str, int]] = field(default_factory=list)
     configs: dict[int, _ConfigArray] = field(default_factory=dict)
@@ -136,7 +137,6 @@ class FakeCupti:
     _span_start: int = 0  # the first launch not collected yet
     _span_first: int = 0  # the span's first launch
     _managed_at_config: int | None = None
-    _on_gpu: set[int] = field(default_factory=set)
 
     ActivityKind = ActivityKind
     ActivityUnifiedMemoryCounterKind = ActivityUnifiedMemoryCounterKind
@@ -218,14 +218,8 @@ class FakeCupti:
         if self.driver is None:
             return
         for launch in self.driver.launches[start:end]:
-            for raw in launch.args or ():
-                if len(raw) != 8:
-                    continue
-                alloc = self.driver.allocation_at(int.from_bytes(raw, "little"))
-                if alloc is None or alloc.kind not in self.migrating_kinds or alloc.ptr in self._on_gpu:
-                    continue
-                self._on_gpu.add(alloc.ptr)
-                self._pending.append(Record(int(ActivityUnifiedMemoryCounterKind.BYTES_TRANSFER_HTOD), alloc.nbytes))
+            for _, nbytes in launch.migrated:
+                self._pending.append(Record(int(ActivityUnifiedMemoryCounterKind.BYTES_TRANSFER_HTOD), nbytes))
                 self._pending.append(Record(int(ActivityUnifiedMemoryCounterKind.GPU_PAGE_FAULT), 1))
 
 

@@ -35,6 +35,10 @@ What it models, and checks the way the driver would:
   reports PAGEABLE_MEMORY_ACCESS=1 or while it is registered (``cuMemHostRegister`` with DEVICEMAP, only where
   HOST_REGISTER_SUPPORTED=1); ``kind_ms`` calls registered pages ``registered``, the others ``pageable``.
   Pages given back while still registered are listed in ``freed_while_registered``.
+- Where pages are: memory whose pages migrate (``MIGRATING_KINDS``: managed, and pageable memory the GPU reaches
+  unregistered) starts on the host; a launch that uses it moves all its pages to the GPU (``Launch.migrated`` lists
+  what each launch moved; fakes/fake_cupti.py reports it), a prefetch moves them where it is asked to (the CPU:
+  back to the host). Memsets, copies and host access move nothing (the fake cannot see a host access).
 - Devices: ``devices=2`` gives the driver two devices of the profile (ordinals 0 and 1), each with its own primary
   context; ``device_names=[...]`` one device per name, each reporting its own name (what a test that models
   ``CUDA_VISIBLE_DEVICES`` passes: the driver numbers the visible devices from 0, in the order listed).
@@ -299,6 +303,9 @@ ALIGNMENT = 256  # cuMemAlloc's guarantee
 PAGE = 4096  # pageable_alloc's alignment (mmap's)
 #: What ``kind_ms`` may price: the allocation kinds, registered pageable memory apart.
 ACCESS_KINDS = ("device", "managed", "host", "registered", "pageable")
+#: The access kinds whose pages the driver migrates: a launch that uses such memory while its pages are on the host
+#: moves them to the GPU (``Launch.migrated``), a prefetch to the CPU moves them back.
+MIGRATING_KINDS = ("managed", "pageable")
 FREED_FILL = 0xDD
 
 
@@ -332,6 +339,7 @@ class FakeAllocation:
     serial: int = 0  # order of allocation within the fake
     registered: int | None = None  # pageable: the cuMemHostRegister flags while registered
     registered_on: int = -1  # pageable: the device ordinal of the context that registered it
+    on_gpu: bool = False  # memory whose pages migrate (MIGRATING_KINDS): a launch or a prefetch moved them to the GPU
 
     @property
     def access_kind(self) -> str:
@@ -375,6 +383,9 @@ class Launch:
     shared_mem: int
     stream: Any
     args: tuple[bytes, ...] | None  # None where the parameter sizes are not known
+    #: (address, bytes) of each allocation of a MIGRATING_KINDS kind whose pages this launch moved from the host to
+    #: the GPU (all of them at once: the fake keeps one place per allocation)
+    migrated: tuple[tuple[int, int], ...] = ()
 
     def value(self, index: int, dtype: Any) -> Any:
         """Argument ``index`` read as ``dtype`` (its size must match the parameter's)."""
@@ -551,6 +562,18 @@ class FakeDriver:
                 if alloc is not None:
                     kinds.add(alloc.access_kind)
         return kinds
+
+    def _migrate(self, args: tuple[bytes, ...] | None) -> tuple[tuple[int, int], ...]:
+        """Move to the GPU the pages of each migrating allocation (MIGRATING_KINDS) that a launch's 8-byte arguments
+        point into and that are on the host; (address, bytes) of each moved."""
+        moved = []
+        for raw in args or ():
+            if len(raw) == 8:
+                alloc = self._device_allocation(int.from_bytes(raw, "little"), 1)
+                if alloc is not None and alloc.access_kind in MIGRATING_KINDS and not alloc.on_gpu:
+                    alloc.on_gpu = True
+                    moved.append((alloc.ptr, alloc.nbytes))
+        return tuple(moved)
 
     def allocations(self, kind: str | None = None) -> list[FakeAllocation]:
         """Every allocation made (live or freed), oldest first; only those of ``kind`` if given."""
@@ -980,11 +1003,12 @@ class FakeDriver:
         self._enter(call, ptr, nbytes, device_ordinal, stream)
         n = self._size(call, nbytes)
         self._stream(call, stream)
-        self._managed_range(call, ptr, n)
+        alloc = self._managed_range(call, ptr, n)
         if device_ordinal != jdriver.CPU_DEVICE_ID:
             self._device(call, device_ordinal)
             if not self.attributes.get("CONCURRENT_MANAGED_ACCESS"):
                 raise _fail(call, "CUDA_ERROR_INVALID_DEVICE")
+        alloc.on_gpu = device_ordinal != jdriver.CPU_DEVICE_ID  # the fake moves the whole allocation
         self.prefetches.append((int(ptr), n, device_ordinal))
 
     def mem_advise(self, ptr: int, nbytes: int, advice: str, device_ordinal: int) -> None:
@@ -1122,7 +1146,7 @@ class FakeDriver:
                 raise _fail(call, "CUDA_ERROR_INVALID_VALUE")
             addresses: list[int] = list((ctypes.c_uint64 * len(sizes)).from_address(p)) if sizes else []
             args = tuple(ctypes.string_at(int(a), n) for a, n in zip(addresses, sizes, strict=True))
-        launch = Launch(f.data["name"], g, b, int(shared_mem), stream, args)
+        launch = Launch(f.data["name"], g, b, int(shared_mem), stream, args, self._migrate(args))
         self.launches.append(launch)
         emulate = self.emulators.get(launch.kernel)
         if emulate is not None:

@@ -1,7 +1,8 @@
 """Unified-memory counters (CUPTI, ``--jetmem-counters``) on a real GPU.
 
-A managed measurement of a kernel that reads a buffer the CPU wrote: its first call migrates the buffer host to
-device (bytes and GPU page faults), its steady state migrates nothing; a device-memory measurement has no
+A managed measurement of a kernel that reads a buffer the CPU wrote: its first call is timed uncounted; the cold
+call replayed after the samples, with the buffers put back on the host (prefetched to the CPU), migrates them host to
+device again (bytes and GPU page faults), its steady state migrates nothing; a device-memory measurement has no
 counters at all. Needs cupti-python (``pip install "pytest-jetmem[cupti]"``): skips, with the reason, without it
 and where the platform does not support unified-memory profiling (the run's one line says so).
 """
@@ -48,7 +49,7 @@ def _notes(result):
     return [line for line in result.stdout.lines if line.startswith("jetmem: unified-memory counters")]
 
 
-def test_managed_first_call_migrates_and_the_steady_state_does_not(pytester, tmp_path, gpu_results):
+def test_managed_cold_call_migrates_and_the_steady_state_does_not(pytester, tmp_path, gpu_results):
     pytest.importorskip("cupti", reason='cupti-python is not installed (pip install "pytest-jetmem[cupti]")')
     result, rows, bench_rows = _run(pytester, tmp_path)
     notes = _notes(result)
@@ -59,16 +60,16 @@ def test_managed_first_call_migrates_and_the_steady_state_does_not(pytester, tmp
     assert "um_counters" not in rows["device"]  # a mode that does not migrate pages: not counted, no zeros
     assert "um_counters" not in bench_rows["device"]["extra_info"]
     um = rows["managed"]["um_counters"]
-    first, steady = um["first_call"], um["steady"]
+    cold, steady = um["first_call"], um["steady"]  # first_call: the cold call replayed after the samples
     gpu_results["um_counters_managed_copy_16MiB"] = um
-    assert first["calls"] == 1 and steady is not None and steady["calls"] == 3
-    assert first["bytes_htod"] > 0 or first["gpu_page_faults"] > 0, um
-    assert first["bytes_htod"] >= 4 * N, um  # at least one buffer's worth came over (both live on the host)
+    assert cold["calls"] == 1 and steady is not None and steady["calls"] == 3
+    assert cold["bytes_htod"] > 0 or cold["gpu_page_faults"] > 0, um
+    assert cold["bytes_htod"] >= 4 * N, um  # at least one buffer's worth came over again (both put back on the host)
     steady_bytes = steady["bytes_htod"] + steady["bytes_dtoh"]
-    assert steady_bytes <= first["bytes_htod"] / 100, um  # nothing, or next to nothing, moves in steady state
+    assert steady_bytes <= cold["bytes_htod"] / 100, um  # nothing, or next to nothing, moves in steady state
     assert bench_rows["managed"]["extra_info"]["um_counters"] == um
     managed_row = next(line for line in result.stdout.lines if "test_copy[managed]" in line and "copy:kernel" in line)
-    assert "1st: " in managed_row and " H2D" in managed_row and "steady (3 calls): " in managed_row
+    assert "cold: " in managed_row and " H2D" in managed_row and "steady (3 calls): " in managed_row
 
 
 def test_counters_off_counts_nothing_and_says_nothing(pytester, tmp_path):

@@ -169,8 +169,9 @@ def test_the_first_call_of_a_mode_whose_pages_migrate_with_counters_where_measur
     words = (
         "unified-memory counters were not measured in this run"
         if counters is None
-        else "the counters saw 4.0 MiB migrated to the GPU, 0 B to the host, 1024 GPU and 3 CPU page faults in the "
-        "first call"
+        else "the counters saw 4.0 MiB migrated to the GPU, 0 B to the host, 1024 GPU and 3 CPU page faults in a "
+        "cold call replayed after the samples with the pages put back on the host, not in the first call, which was "
+        "timed without them"
     )
     assert reason.text == (
         f"managed's first call took 0.930 ms, {0.930 / median:.2f}x its steady median of {median:.3f} ms ({words}); "

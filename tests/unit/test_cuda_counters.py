@@ -1,14 +1,16 @@
 """cuda.counters: CUPTI's unified-memory counters, with a fake ``cupti`` module at the boundary (fakes/fake_cupti.py).
 
 Not available (not installed, no driver, a platform without unified-memory profiling) is a reason, said once, never
-an exception; available, the first call and the steady state are summed in spans of their own, and the counters
-are off while the warm-up and the samples run. The real CUPTI on a real GPU: tests/gpu/test_counters_gpu.py.
+an exception; available, the counters are off while the first call, the warm-up and the samples run, and after the
+samples a cold call (the pages put back on the host first) and the steady state are summed in spans of their own.
+The real CUPTI on a real GPU: tests/gpu/test_counters_gpu.py.
 """
 
 from __future__ import annotations
 
 import ctypes
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -18,13 +20,18 @@ import pytest
 from fakes.fake_cupti import ActivityUnifiedMemoryCounterKind as Kind
 from fakes.fake_cupti import FakeCupti, Record
 from fakes.fake_driver import FakeDriver
+from pytest_jetmem.correctness import strict
+from pytest_jetmem.cuda import modes
+from pytest_jetmem.cuda.buffer import Buffer
 from pytest_jetmem.cuda.compiler import KernelCache
 from pytest_jetmem.cuda.counters import INSTALL_HINT, CounterCollector, CuptiModule, SpanTotals
 from pytest_jetmem.cuda.device import open_device
+from pytest_jetmem.cuda.driver import CPU_DEVICE_ID
 from pytest_jetmem.cuda.session import CudaSession
-from pytest_jetmem.cuda.workspace import Workspace
+from pytest_jetmem.cuda.workspace import PREFETCH, Workspace
+from pytest_jetmem.errors import CudaError
 from pytest_jetmem.measure.stats import StoppingRule
-from pytest_jetmem.measure.timing import STEADY_CALLS, measure
+from pytest_jetmem.measure.timing import STEADY_CALLS, Measurement, measure
 
 N = 1000  # floats: 4000 bytes
 
@@ -38,8 +45,9 @@ def not_installed() -> CuptiModule:
 
 
 @pytest.fixture
-def fake(install_fake_driver: Callable[..., FakeDriver]) -> FakeDriver:
-    return install_fake_driver("h100", kernel_ms=0.1)
+def fake(install_fake_driver: Callable[..., FakeDriver], request: pytest.FixtureRequest) -> FakeDriver:
+    """The fake driver of an H100 (another profile: parametrize ``fake`` indirectly with its name)."""
+    return install_fake_driver(getattr(request, "param", "h100"), kernel_ms=0.1)
 
 
 @pytest.fixture
@@ -233,71 +241,213 @@ def test_the_work_s_own_error_propagates_with_the_counters_off(fake: FakeDriver)
     assert collector.count(lambda: 1)[1] is not None
 
 
-# -- measure(): the first call apart, the steady state after the samples, counting off while sampling ------------
-def test_measure_counts_the_first_call_and_the_steady_state_not_the_samples(
-    fake: FakeDriver, session: CudaSession
-) -> None:
-    cupti = FakeCupti(driver=fake)
-    session.counters = CounterCollector(fake, loader=loader_of(cupti))
-    ws = workspace(session, "managed")
+# -- measure(): every timed call uncounted, then a cold replay and the steady state, each counted on its own -------
+PER_CALL = 2  # kernel launches per call in kernel scope: the stream blocker's and the fill
+
+
+@dataclass
+class Timeline:
+    """A workspace observer (the WorkObserver protocol, as Tegra-strict mode is one): each event the workspace
+    reports, with the kernel launches the fake driver had seen and the CUPTI calls the fake had had by then."""
+
+    fake: FakeDriver
+    cupti: FakeCupti
+    events: list[tuple[str, int, int]] = field(default_factory=list)
+
+    def note(self, what: str) -> None:
+        self.events.append((what, len(self.fake.launches), len(self.cupti.events)))
+
+    def allocated(self, buf: Buffer) -> None:
+        pass
+
+    def queued(self, stream: Any, what: str) -> None:
+        self.note(what)
+
+    def synchronized(self, stream: Any = None) -> None:
+        self.note("synchronize")
+
+    def synchronized_all(self) -> None:
+        self.note("synchronize every stream")
+
+    def attached(self, buf: Buffer, attachment: Any, queued_on: Any = None, *, pending: bool = False) -> None:
+        pass
+
+    def check_host_access(self, buf: Buffer) -> None:
+        self.note(f"host access {buf.label}")
+
+    def replay_steps(self, timed: int) -> list[str]:
+        """What the workspace did after the timed calls' launches and before the cold call's span was opened."""
+        cold_on = [i for i, (e, _) in enumerate(self.cupti.events) if e == "activity_enable"][1]  # 0: opening's
+        return [what for what, launches, calls in self.events if launches == timed and calls == cold_on]
+
+
+def measured(fake: FakeDriver, session: CudaSession, cupti: FakeCupti, mode: str) -> tuple[Measurement, Timeline, int]:
+    """``fill`` measured in ``mode`` with the Tegra-strict tracker on: the measurement, the workspace's timeline and
+    the number of kernel launches of the timed calls (the first call, the warm-up, the samples)."""
+    ws = workspace(session, mode)
+    timeline = Timeline(fake, cupti)
+    ws.add_observer(timeline)
+    strict.enable(ws)  # the host touch must obey Jetson's rule for managed memory
     try:
         work = fill_work(ws)
+        ws.buffers[0].label = "x"
         m = measure(ws, work, label="fill", warmup=3, rule=RULE)
     finally:
         ws.close()
-    assert m.counters is not None
-    first, steady = m.counters.first_call, m.counters.steady
-    assert (first.bytes_htod, first.gpu_page_faults, first.calls) == (4 * N, 1, 1)  # first touch migrates
-    assert steady is not None and (steady.bytes_migrated, steady.gpu_page_faults, steady.calls) == (0, 0, STEADY_CALLS)
-    # the timeline: (call, kernel launches so far); opening's own enable/disable comes before any launch of the work
+    return m, timeline, (1 + m.warmup + len(m.samples)) * PER_CALL
+
+
+def cupti_spans(cupti: FakeCupti) -> list[tuple[str, int]]:
+    """The spans after opening's: each switch of the counters with the kernel launches made by then."""
     switches = [(e, n) for e, n in cupti.events if e in ("activity_enable", "activity_disable")]
-    opened, spans = switches[:2], switches[2:]
-    assert [e for e, _ in opened] == ["activity_enable", "activity_disable"]
-    assert [e for e, _ in spans] == ["activity_enable", "activity_disable"] * 2
-    (_, first_on), (_, first_off), (_, steady_on), (_, steady_off) = spans
-    per_call = first_off - first_on  # the stream blocker's launch and the fill
-    assert per_call == 2
-    sampled = len(m.samples) + m.warmup
-    assert steady_on - first_off == sampled * per_call  # every warm-up call and sample ran with the counters off
-    assert steady_off - steady_on == STEADY_CALLS * per_call
-    assert steady_off == len(fake.launches)  # nothing after the steady span
-    assert not cupti.enabled
+    assert [e for e, _ in switches[:2]] == ["activity_enable", "activity_disable"]  # opening's, before any work
+    return switches[2:]
 
 
-def test_measure_in_a_mode_that_does_not_migrate_pages_takes_no_counters(
+def test_measure_times_every_call_uncounted_then_counts_a_cold_call_with_the_pages_prefetched_to_the_host(
     fake: FakeDriver, session: CudaSession
 ) -> None:
     cupti = FakeCupti(driver=fake)
     session.counters = CounterCollector(fake, loader=loader_of(cupti))
-    ws = workspace(session, "device")
-    try:
-        m = measure(ws, fill_work(ws), label="fill", rule=RULE)
-    finally:
-        ws.close()
+    m, timeline, timed = measured(fake, session, cupti, "managed")
+    # counting off while the first call, the warm-up and the samples ran: both spans come after them
+    cold_end = timed + PER_CALL
+    assert cupti_spans(cupti) == [
+        ("activity_enable", timed),
+        ("activity_disable", cold_end),
+        ("activity_enable", cold_end),
+        ("activity_disable", cold_end + STEADY_CALLS * PER_CALL),
+    ]
+    assert len(fake.launches) == cold_end + STEADY_CALLS * PER_CALL  # nothing after the steady span
+    # between them: the buffer prefetched to the host and waited for
+    (x,) = [a for a in fake.allocations("managed") if a.nbytes == 4 * N]
+    assert fake.prefetches == [(x.ptr, 4 * N, CPU_DEVICE_ID)]
+    assert timeline.replay_steps(timed) == [PREFETCH, "synchronize"]
+    # the real first call's fill moved the buffer to the GPU uncounted; the cold call's moved it again, counted
+    assert [i for i, launch in enumerate(fake.launches) if launch.migrated] == [1, timed + 1]
+    assert m.counters is not None
+    cold, steady = m.counters.first_call, m.counters.steady
+    assert (cold.bytes_htod, cold.gpu_page_faults, cold.calls) == (4 * N, 1, 1)
+    assert steady is not None and (steady.bytes_migrated, steady.gpu_page_faults, steady.calls) == (0, 0, STEADY_CALLS)
+    assert m.first_call_ms is not None and not cupti.enabled
+
+
+def cold_script(spans: list[tuple[int, int]]) -> Callable[[int, int], list[Record]]:
+    """CUPTI's records per span (1: opening's, 2: the cold call's, 3: the steady span's), noting each span's launches:
+    the fake cannot see the host touch that puts the pages back, so its records are scripted here."""
+
+    def records(span: int, launches: int) -> list[Record]:
+        spans.append((span, launches))
+        return [Record(int(Kind.BYTES_TRANSFER_HTOD), 4 * N), Record(int(Kind.GPU_PAGE_FAULT), 7)] if span == 2 else []
+
+    return records
+
+
+@pytest.mark.parametrize(
+    ("fake", "mode", "refusal"),
+    [
+        ("orin", "managed", None),  # CONCURRENT_MANAGED_ACCESS=0: no prefetch at all
+        ("thor", "system", None),  # pageable memory: the fake's cuMemPrefetchAsync answers CUDA_ERROR_INVALID_VALUE
+        ("h100", "managed", "CUDA_ERROR_NOT_SUPPORTED"),
+    ],
+    indirect=["fake"],
+    ids=["no-concurrent-managed-access", "pageable-prefetch-refused", "prefetch-not-supported"],
+)
+def test_where_the_pages_cannot_be_prefetched_the_host_touches_them_after_every_stream_finished(
+    fake: FakeDriver, session: CudaSession, mode: str, refusal: str | None
+) -> None:
+    spans: list[tuple[int, int]] = []
+    cupti = FakeCupti(driver=fake, script=cold_script(spans))
+    session.counters = CounterCollector(fake, loader=loader_of(cupti))
+    if refusal is not None:
+        fake.inject("cuMemPrefetchAsync", refusal)
+    m, timeline, timed = measured(fake, session, cupti, mode)  # Tegra-strict: a touch while the GPU ran would raise
+    assert timeline.replay_steps(timed) == ["synchronize every stream", "host access x", "synchronize"]
+    assert fake.prefetches == []
+    tried = fake.profile.attributes["CONCURRENT_MANAGED_ACCESS"] == 1
+    assert fake.count("cuMemPrefetchAsync") == (1 if tried else 0)
+    assert cupti_spans(cupti)[0] == ("activity_enable", timed)  # the touch came before the cold call's span
+    assert spans == [(1, 0), (2, PER_CALL), (3, STEADY_CALLS * PER_CALL)]  # opening's, the cold call's, the steady
+    assert m.counters is not None
+    assert (m.counters.first_call.bytes_htod, m.counters.first_call.gpu_page_faults) == (4 * N, 7)
+    assert m.counters.steady is not None and m.counters.steady.bytes_migrated == 0
+
+
+@pytest.mark.parametrize("fake", ["orin"], indirect=True)
+def test_a_migrating_mode_without_a_host_view_is_touched_by_reading_and_writing_it_back(
+    fake: FakeDriver, session: CudaSession
+) -> None:
+    class CopiedManaged(modes.ManagedMode):
+        name = "copied_managed"
+        host_access = modes.HostAccess.NONE
+
+    cupti = FakeCupti(driver=fake)
+    session.counters = CounterCollector(fake, loader=loader_of(cupti))
+    with modes.using(CopiedManaged()):
+        ws = workspace(session, "copied_managed")
+        try:
+            x = ws.array(np.arange(N, dtype=np.float32))
+            k = ws.kernel("stream_fill")
+            before = len(fake.calls)
+            measure(ws, lambda: k.launch(4, 256, (x, np.uint64(N), np.float32(1))), label="fill", rule=RULE)
+            after = [c.api for c in fake.calls[before:]]
+            assert np.all(x.to_numpy() == 1)  # the fill's result, read and written back unchanged
+        finally:
+            ws.close()
+    launches = [i for i, api in enumerate(after) if api == "cuLaunchKernel"]
+    cold = launches[-(1 + STEADY_CALLS) * PER_CALL]  # the cold call's stream blocker
+    assert after[:cold][-4:] == ["cuCtxSynchronize", "cuMemcpyDtoH", "cuMemcpyHtoD", "cuStreamSynchronize"]
+
+
+def test_another_prefetch_error_propagates_with_the_counters_off(fake: FakeDriver, session: CudaSession) -> None:
+    cupti = FakeCupti(driver=fake)
+    session.counters = CounterCollector(fake, loader=loader_of(cupti))
+    fake.inject("cuMemPrefetchAsync", "CUDA_ERROR_INVALID_DEVICE")
+    with pytest.raises(CudaError, match="cuMemPrefetchAsync failed: CUDA_ERROR_INVALID_DEVICE"):
+        measured(fake, session, cupti, "managed")
+    assert not cupti.enabled and cupti.spans == 1  # opening's only: no span was opened for the cold call
+
+
+def no_replay(fake: FakeDriver, timeline: Timeline, timed: int) -> None:
+    """Nothing but the timed calls: no extra launch, no prefetch, no host touch."""
+    assert len(fake.launches) == timed
+    assert fake.count("cuMemPrefetchAsync") == 0
+    assert [
+        e for e, _, _ in timeline.events if e == PREFETCH or e.startswith(("host access", "synchronize every"))
+    ] == []
+
+
+@pytest.mark.parametrize("mode", ["device", "zero_copy"])
+def test_measure_in_a_mode_that_does_not_migrate_pages_takes_no_counters_and_replays_nothing(
+    fake: FakeDriver, session: CudaSession, mode: str
+) -> None:
+    cupti = FakeCupti(driver=fake)
+    session.counters = CounterCollector(fake, loader=loader_of(cupti))
+    m, timeline, timed = measured(fake, session, cupti, mode)
     assert m.counters is None
-    assert cupti.events == []  # CUPTI never opened: a device-memory session pays nothing
+    assert cupti.events == []  # CUPTI never opened: a session of such modes pays nothing
     assert session.counters.note() is None
+    no_replay(fake, timeline, timed)
 
 
-def test_measure_without_cupti_keeps_the_timings_and_remembers_the_miss(fake: FakeDriver, session: CudaSession) -> None:
+def test_measure_without_cupti_keeps_the_timings_replays_nothing_and_remembers_the_miss(
+    fake: FakeDriver, session: CudaSession
+) -> None:
     session.counters = CounterCollector(fake, loader=not_installed)
-    ws = workspace(session, "managed")
-    try:
-        m = measure(ws, fill_work(ws), label="fill", rule=RULE)
-        m2 = measure(ws, fill_work(ws), label="fill2", rule=RULE)
-    finally:
-        ws.close()
-    assert m.counters is None and m2.counters is None
+    m, timeline, timed = measured(fake, session, FakeCupti(), "managed")
+    assert m.counters is None
     assert len(m.samples) >= 10 and m.first_call_ms is not None
+    no_replay(fake, timeline, timed)
+    m2, _, _ = measured(fake, session, FakeCupti(), "managed")
+    assert m2.counters is None
     assert session.counters.missed == {"managed": 2}
 
 
-def test_measure_with_counters_off_never_touches_cupti(fake: FakeDriver, session: CudaSession) -> None:
+def test_measure_with_counters_off_never_touches_cupti_and_replays_nothing(
+    fake: FakeDriver, session: CudaSession
+) -> None:
     assert session.counters is None  # --jetmem-counters=off, or outside pytest (open_handle)
-    ws = workspace(session, "managed")
-    try:
-        m = measure(ws, fill_work(ws), label="fill", rule=RULE)
-    finally:
-        ws.close()
+    m, timeline, timed = measured(fake, session, FakeCupti(), "managed")
     assert m.counters is None
     assert m.to_dict()["um_counters"] is None
+    no_replay(fake, timeline, timed)

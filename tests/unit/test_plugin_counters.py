@@ -36,7 +36,7 @@ def test_b(jetmem):
     jetmem.measure(fill(jetmem), label="fill")
 """
 
-FIRST = {
+COLD = {  # the cold call replayed after the samples (its JSON name is first_call): the fill migrates its buffer
     "bytes_htod": NBYTES,
     "bytes_dtoh": 0,
     "cpu_page_faults": 0,
@@ -44,7 +44,7 @@ FIRST = {
     "thrashing": 0,
     "calls": 1,
 }
-STEADY = {**FIRST, "bytes_htod": 0, "gpu_page_faults": 0, "calls": 3}
+STEADY = {**COLD, "bytes_htod": 0, "gpu_page_faults": 0, "calls": 3}
 NOTE = "jetmem: unified-memory counters"
 
 
@@ -72,15 +72,15 @@ def test_counters_in_the_table_the_report_and_benchmark_json(
     install(monkeypatch, cupti)
     result, rows, benches = run(pytester, tmp_path, TWO_MODES)
     managed, device = row(result, "test_fill[managed]"), row(result, "test_fill[device]")
-    assert managed["unified memory"] == "1st: 3.9 KiB H2D, 1 GPU fault; steady (3 calls): 0"
+    assert managed["unified memory"] == "cold: 3.9 KiB H2D, 1 GPU fault; steady (3 calls): 0"
     assert device["unified memory"] == ""  # a mode that does not migrate pages: nothing, not zeros
-    assert rows["test_fill[managed]"]["um_counters"] == {"first_call": FIRST, "steady": STEADY}
+    assert rows["test_fill[managed]"]["um_counters"] == {"first_call": COLD, "steady": STEADY}
     assert "um_counters" not in rows["test_fill[device]"]
-    assert benches["test_fill[managed]"]["extra_info"]["um_counters"] == {"first_call": FIRST, "steady": STEADY}
+    assert benches["test_fill[managed]"]["extra_info"]["um_counters"] == {"first_call": COLD, "steady": STEADY}
     assert "um_counters" not in benches["test_fill[device]"]["extra_info"]
     html = (tmp_path / "report.html").read_text()
     assert "<th>unified memory</th>" in html
-    assert "<td>1st: 3.9 KiB H2D, 1 GPU fault; steady (3 calls): 0</td>" in html
+    assert "<td>cold: 3.9 KiB H2D, 1 GPU fault; steady (3 calls): 0</td>" in html
     assert notes(result) == []
     assert not cupti.enabled
 
@@ -156,7 +156,7 @@ def test_the_option_given_wins_over_the_ini_key(
     install(monkeypatch, FakeCupti(driver=fake))
     pytester.makeini("[pytest]\njetmem_counters = off\n")
     _, rows, _ = run(pytester, tmp_path, TWO_MODES, "--jetmem-counters=auto")
-    assert rows["test_fill[managed]"]["um_counters"]["first_call"] == FIRST
+    assert rows["test_fill[managed]"]["um_counters"]["first_call"] == COLD
 
 
 # -- user mistakes ------------------------------------------------------------------------------------------------

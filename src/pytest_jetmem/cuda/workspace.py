@@ -15,6 +15,7 @@ correctness helpers; nothing in this layer refers to it. The functions below the
 from __future__ import annotations
 
 import contextlib
+import mmap
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, Protocol, TypeAlias
@@ -26,7 +27,7 @@ from pytest_jetmem.cuda.attachment import Attachment
 from pytest_jetmem.cuda.buffer import Buffer
 from pytest_jetmem.cuda.compiler import CompiledKernel
 from pytest_jetmem.cuda.device import DeviceInfo
-from pytest_jetmem.cuda.driver import DriverBackend, EventHandle, FunctionHandle, StreamHandle
+from pytest_jetmem.cuda.driver import CPU_DEVICE_ID, DriverBackend, EventHandle, FunctionHandle, StreamHandle
 from pytest_jetmem.cuda.launch import Kernel, LaunchTarget, parse_signature
 from pytest_jetmem.cuda.modes import (
     Allocation,
@@ -41,6 +42,10 @@ from pytest_jetmem.errors import AllocationRefused, CudaError, CudaUnavailable, 
 
 #: The kinds of GPU work a workspace reports to :meth:`WorkObserver.queued`.
 KERNEL, MEMSET, COPY, PREFETCH = "kernel", "memset", "copy", "prefetch"
+
+#: ``cuMemPrefetchAsync``'s answers for memory it will not prefetch (pageable memory where its prefetch is not
+#: supported): :meth:`Workspace.pages_to_host` touches such a buffer from the host instead.
+PREFETCH_REFUSED = ("CUDA_ERROR_NOT_SUPPORTED", "CUDA_ERROR_INVALID_VALUE")
 
 
 class WorkObserver(Protocol):
@@ -231,6 +236,39 @@ class Workspace:
             self.drv.mem_prefetch_async(ptr, nbytes, device_ordinal, self.stream)
             self.queued(self.stream, PREFETCH)
 
+    def pages_to_host(self, buffers: Sequence[Buffer]) -> None:
+        """Put the pages of ``buffers`` (memory whose pages the driver migrates: ``MemoryMode.migrates_pages``) back
+        on the host, where a buffer the CPU wrote has them, and return once they are there (the stream synchronized).
+
+        Where the device has CONCURRENT_MANAGED_ACCESS=1, each buffer is prefetched to the host on the stream
+        (:meth:`prefetch` to ``driver.CPU_DEVICE_ID``; observers: a prefetch). Where it has 0, and for a buffer whose
+        prefetch the driver refuses (:data:`PREFETCH_REFUSED`: pageable ``system`` memory where it is not
+        supported), the host touches the pages instead once every stream has finished (:meth:`synchronize_device`):
+        it writes one byte of every host page back with its own value through the buffer's host view (observers are
+        asked first, as for any host access; a mode without a host view: the contents read and written back the
+        mode's way), and the driver moves each page to the host to serve the write. The contents are unchanged.
+        Another driver error propagates.
+        """
+        touch: list[Buffer] = []
+        can_prefetch = bool(self.device.attr("CONCURRENT_MANAGED_ACCESS"))
+        for buf in buffers:
+            if not buf.nbytes:
+                continue
+            if not can_prefetch:
+                touch.append(buf)
+                continue
+            try:
+                self.prefetch(buf.ptr, buf.nbytes, CPU_DEVICE_ID)
+            except CudaError as exc:
+                if exc.name not in PREFETCH_REFUSED:
+                    raise
+                touch.append(buf)
+        if touch:
+            self.synchronize_device()
+            for buf in touch:
+                _touch_pages(buf)
+        self.synchronize()
+
     def advise(self, ptr: int, nbytes: int, advice: str, device_ordinal: int) -> None:
         """``cuMemAdvise`` on managed memory (``advice``: ``SET_READ_MOSTLY``, ...): a hint, no stream work."""
         self.drv.mem_advise(ptr, nbytes, advice, device_ordinal)
@@ -347,6 +385,19 @@ class Workspace:
             except CudaError as exc:
                 problems.append(f"freeing {buf!r}: {exc}")
         return problems
+
+
+def _touch_pages(buf: Buffer) -> None:
+    """Write one byte of every host page of ``buf`` back with its own value, through its host view (a mode without
+    one: its contents read and written back with the mode's copies). The GPU must be done with it."""
+    if not buf.memory_mode.has_host_view:
+        contents = np.empty(buf.shape, buf.dtype)
+        buf.read_host(contents)
+        buf.write_host(contents)
+        return
+    raw = buf.host.reshape(-1).view(np.uint8)
+    at = np.unique(np.append(np.arange(0, raw.size, mmap.PAGESIZE), raw.size - 1))  # the last page too, if unaligned
+    raw[at] = raw[at]  # a fancy index: a write of every byte at ``at`` (a plain ``a[...] = a`` is skipped by numpy)
 
 
 class StreamTimer:

@@ -221,7 +221,7 @@ class ReasonKind(str, Enum):
 
     UNCACHED_PENALTY = "uncached_penalty"  # kernel time of memory the integrated GPU does not cache
     PCIE_PENALTY = "pcie_penalty"  # kernel time of memory read over PCIe on a discrete GPU
-    FIRST_CALL = "first_call"  # the first call's migration cost (with counters where measured)
+    FIRST_CALL = "first_call"  # the first call's migration cost (with a cold replay's counters where measured)
     COPIES = "copies"  # the copies' share of end-to-end time in a mode without a host view
     CPU_TOUCH = "cpu_touch"  # what a CPU write before the launch costs
     NOT_JETSON = "not_jetson"  # zero-copy figures of a discrete GPU depend on its PCIe link
@@ -495,12 +495,15 @@ def _penalty_reasons(measured: Mapping[str, Measured], facts: DeviceFacts | None
 
 
 def _counter_words(counters: UnifiedMemoryCounters | None) -> str:
+    """The counters' part of a first-call reason: they come from a cold call replayed after the samples (the first
+    call's time is measured with them off)."""
     if counters is None:
         return "unified-memory counters were not measured in this run"
-    first = counters.first_call
+    cold = counters.first_call
     return (
-        f"the counters saw {_bytes(first.bytes_htod)} migrated to the GPU, {_bytes(first.bytes_dtoh)} to the host, "
-        f"{first.gpu_page_faults} GPU and {first.cpu_page_faults} CPU page faults in the first call"
+        f"the counters saw {_bytes(cold.bytes_htod)} migrated to the GPU, {_bytes(cold.bytes_dtoh)} to the host, "
+        f"{cold.gpu_page_faults} GPU and {cold.cpu_page_faults} CPU page faults in a cold call replayed after the "
+        "samples with the pages put back on the host, not in the first call, which was timed without them"
     )
 
 

@@ -1,4 +1,4 @@
-"""Unified-memory counters of one measurement: bytes migrated and page faults, first call and steady state.
+"""Unified-memory counters of one measurement: bytes migrated and page faults, a cold call and the steady state.
 
 The figures CUPTI's unified-memory counters give (``CUPTI_ACTIVITY_KIND_UNIFIED_MEMORY_COUNTER``) for the modes
 where the driver migrates or faults pages (managed, system), summed over a span of calls. A record holds them
@@ -107,14 +107,19 @@ class CounterSample:
 
 @dataclass(frozen=True)
 class UnifiedMemoryCounters:
-    """The first call's counters apart from the steady state's (None: the steady calls were not counted)."""
+    """A cold call's counters apart from the steady state's (None: the steady calls were not counted).
+
+    ``first_call`` (its JSON name, kept) is not the measured first call, which is timed with the counters off: it
+    is a cold call replayed after the samples, the pages put back on the host first, as before the first call
+    (:mod:`pytest_jetmem.measure.timing`). Shown as ``cold``.
+    """
 
     first_call: CounterSample
     steady: CounterSample | None = None
 
     def summary(self) -> str:
-        """Compact text for tables: ``1st: 4.0 MiB H2D, 12 GPU faults; steady (3 calls): 0``."""
-        text = f"1st: {self.first_call.summary()}"
+        """Compact text for tables: ``cold: 4.0 MiB H2D, 12 GPU faults; steady (3 calls): 0``."""
+        text = f"cold: {self.first_call.summary()}"
         if self.steady is not None:
             text += f"; steady ({self.steady.calls} calls): {self.steady.summary()}"
         return text

@@ -9,9 +9,13 @@
   for ``managed`` and ``zero_copy`` (the seed 001 device figures "neglected the transfer times").
 
 In a mode whose pages the driver migrates (``MemoryMode.migrates_pages``), where the CUDA session has CUPTI's
-unified-memory counters (:mod:`pytest_jetmem.cuda.counters`), the first call is counted in a span of its own
-and :data:`STEADY_CALLS` further calls in another span after the samples; the counters are off while the
-warm-up and the samples run.
+unified-memory counters (:mod:`pytest_jetmem.cuda.counters`), the counters stay off while the first call, the
+warm-up and the samples run, so every figure reported is timed as without them (while CUPTI counts, the driver
+reports every fault: a migrating first call took 1.32 times as long on an H100 when it was itself counted). After
+the samples comes a *cold replay*, not timed: the workspace's page-migrating buffers are put back on the host, where
+they were before the first call (:meth:`~pytest_jetmem.cuda.workspace.Workspace.pages_to_host`), and one call is
+counted in a span of its own (the record's ``first_call`` counters), then :data:`STEADY_CALLS` calls in another
+(``steady``).
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from pytest_jetmem.measure.stats import StoppingRule, Summary, summarize
 
 if TYPE_CHECKING:
     from pytest_jetmem.cuda.buffer import Buffer
-    from pytest_jetmem.cuda.counters import CounterCollector, SpanTotals
+    from pytest_jetmem.cuda.counters import CounterCollector
     from pytest_jetmem.cuda.device import Device
     from pytest_jetmem.cuda.driver import ClockState
     from pytest_jetmem.cuda.workspace import Workspace
@@ -70,7 +74,8 @@ class Measurement:
     run_rounds: list[list[list[float]]] = field(default_factory=list)
     #: The GPU's SM clock at the start and the end of sampling (MHz) and the slowdowns seen (NVML; None: unknown).
     clocks: dict[str, Any] | None = None
-    #: Unified-memory counters of the first call and of :data:`STEADY_CALLS` calls after the samples (None: not
+    #: Unified-memory counters of a cold call replayed after the samples (``first_call``: the pages put back on the
+    #: host first; the first call itself is timed uncounted) and of :data:`STEADY_CALLS` calls after it (None: not
     #: counted: a mode that does not migrate pages, counters off or not available, measured in turns).
     counters: UnifiedMemoryCounters | None = None
 
@@ -260,17 +265,14 @@ def measure(
             collector = _collector(ws)
             with gpu_lock(ws.device.ordinal):
                 t_start = time.time()
-                if collector is not None:
-                    (first, first_wall), first_totals = collector.count(sampler.first)
-                else:
-                    first, first_wall = sampler.first()
+                first, first_wall = sampler.first()  # never counted: it is timed as without counters
                 for _ in range(warmup):
                     sampler.sample()
                 warm[0] = clock_state(device)
                 ((samples, reason),) = run_samples([sampler], rule)
                 span = (t_start, time.time())
                 if collector is not None:
-                    counters = _steady_state(collector, sampler, first_totals)
+                    counters = _cold_replay(ws, collector, sampler)
                     if counters is None:
                         collector.miss(ws.mode)
         clocks = clock_record(warm[0], clock_state(device))
@@ -303,16 +305,21 @@ def _collector(ws: Workspace) -> CounterCollector | None:
     return collector if collector.begin(ws.mode) else None
 
 
-def _steady_state(
-    collector: CounterCollector, sampler: Sampler, first: SpanTotals | None
-) -> UnifiedMemoryCounters | None:
-    """The counters of the first call (``first``: its span's totals) and of :data:`STEADY_CALLS` calls after the
-    samples, in a span of their own (None: the first call's span was not counted)."""
-    if first is None:
+def _cold_replay(ws: Workspace, collector: CounterCollector, sampler: Sampler) -> UnifiedMemoryCounters | None:
+    """The counters of a cold call and of :data:`STEADY_CALLS` calls, taken after the samples, each span on its own.
+
+    The cold call stands in for the first call, which ran uncounted: every live buffer of ``ws`` whose pages migrate
+    (``MemoryMode.migrates_pages``) is put back on the host first (:meth:`Workspace.pages_to_host`), as before the
+    first call, then one call is counted (``first_call``); the steady span follows. The calls' timings are dropped.
+    None where the cold call's span was not counted.
+    """
+    ws.pages_to_host([b for b in ws.live_buffers() if b.memory_mode.migrates_pages])
+    _, cold = collector.count(sampler.sample)
+    if cold is None:
         return None
     _, steady = collector.count(lambda: [sampler.sample() for _ in range(STEADY_CALLS)])
     return UnifiedMemoryCounters(
-        first_call=CounterSample.of(first, calls=1),
+        first_call=CounterSample.of(cold, calls=1),
         steady=CounterSample.of(steady, calls=STEADY_CALLS) if steady is not None else None,
     )
 
