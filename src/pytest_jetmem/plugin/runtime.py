@@ -475,7 +475,8 @@ def format_table(rows: Sequence[MeasurementRecord]) -> list[str]:
         )
     widths = [max(len(h), *(len(b[i]) for b in body)) for i, h in enumerate(header)]
     fmt = "  ".join(f"{{:<{w}}}" for w in widths)
-    return [fmt.format(*header), fmt.format(*("-" * w for w in widths)), *(fmt.format(*b) for b in body)]
+    lines = [fmt.format(*header), fmt.format(*("-" * w for w in widths)), *(fmt.format(*b) for b in body)]
+    return [line.rstrip() for line in lines]  # the last column is ragged: no padding after it
 
 
 __all__ = ["format_table"]
