@@ -8,7 +8,7 @@ import pytest
 
 from pytest_jetmem import kernels
 
-NBYTES = 1 << 30  # 1 GiB, as in REFERENCE.md
+NBYTES = 1 << 30  # 1 GiB: large against the L2, small against the card
 
 
 @pytest.mark.memmode("device")
