@@ -168,6 +168,16 @@ def test_options_reach_nvrtc() -> None:
     assert ck.cubin[:4] == b"\x7fELF"
 
 
+def test_a_compile_with_an_empty_log_leaves_the_shared_one_byte_bytes_alone() -> None:
+    """NVRTC's empty log is one byte (its NUL). Fetched into ``b" " * 1``, which is CPython's shared ``b" "``, it
+    turned every ``b" "`` of the process into ``b"\\x00"``: on Python 3.12 every f-string compiled afterwards lost
+    the space between two fields (the advice section printed "managed1.01xdevice" on an H100)."""
+    ck = compile_kernel('extern "C" __global__ void quiet(float* x) { x[0] = 1.0f; }', "quiet", "sm_90", drv=DRV)
+    assert ck.cubin[:4] == b"\x7fELF"
+    assert bytes([32]) == b" " and b"a b"[1:2] == b" "  # bytes([32]) is the shared one-byte object
+    assert driver.out_buffer(1) is not driver.out_buffer(1)  # a fresh buffer each time, never a shared one
+
+
 # --- the disk cache -----------------------------------------------------------------------------------------
 
 

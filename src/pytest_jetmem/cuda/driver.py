@@ -582,8 +582,9 @@ class CudaDriver:
                     f"NVRTC {error_name(err, 'NVRTC')} compiling {filename} with {list(options)}:\n{log}"
                 )
             size = self._check_nvrtc("nvrtcGetCUBINSize", nv.nvrtcGetCUBINSize(prog))
-            cubin = b" " * size
-            self._check_nvrtc("nvrtcGetCUBIN", nv.nvrtcGetCUBIN(prog, cubin))
+            image = out_buffer(size)
+            self._check_nvrtc("nvrtcGetCUBIN", nv.nvrtcGetCUBIN(prog, image))
+            cubin = bytes(image)
             lowered = {}
             for expr in name_expressions:
                 raw = self._check_nvrtc("nvrtcGetLoweredName", nv.nvrtcGetLoweredName(prog, expr.encode()))
@@ -594,9 +595,9 @@ class CudaDriver:
 
     def _nvrtc_log(self, prog: Any) -> str:
         size = self._check_nvrtc("nvrtcGetProgramLogSize", self._nvrtc.nvrtcGetProgramLogSize(prog))
-        buf = b" " * size
+        buf = out_buffer(size)
         self._check_nvrtc("nvrtcGetProgramLog", self._nvrtc.nvrtcGetProgramLog(prog, buf))
-        return buf.rstrip(b"\0 ").decode(errors="replace")
+        return bytes(buf).rstrip(b"\0 ").decode(errors="replace")
 
     def _check_nvrtc(self, call: str, result: Any) -> Any:
         err, values = result[0], result[1:]
@@ -825,6 +826,16 @@ _CUINIT_HINTS = {
     "CUDA_ERROR_STUB_LIBRARY": ": the libcuda.so found is the CUDA toolkit's stub, not the NVIDIA driver's",
 }
 _UNNAMED = re.compile(r"^(-?\d+) is not a valid (CUresult|nvrtcResult)$")
+
+
+def out_buffer(size: int) -> bytearray:
+    """A fresh, writable buffer of ``size`` bytes for a C call to fill (NVRTC's log and CUBIN).
+
+    Never ``b" " * size``: for ``size == 1`` (an empty NVRTC log is its NUL) that is CPython's shared one-byte
+    ``b" "``, and NVRTC writing into it turns every ``b" "`` of the process into ``b"\\x00"`` (on Python 3.12 the
+    parser then drops the space between two fields of every f-string compiled afterwards).
+    """
+    return bytearray(size)
 
 
 def error_name(err: Any, api: str = "CUDA") -> str:
