@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from pytest_jetmem.cuda.modes import IO_COHERENCY_SECTION, HostAccess, MemoryMode, find_mode, rank
-from pytest_jetmem.measure.counters import UnifiedMemoryCounters
+from pytest_jetmem.measure.counters import UnifiedMemoryCounters, format_bytes
 from pytest_jetmem.measure.record import MeasurementRecord
 from pytest_jetmem.measure.stats import ratio_ci
 from pytest_jetmem.measure.timing import SCOPES
@@ -382,13 +382,6 @@ def _ci(ci: tuple[float, float] | None) -> str:
     return f"{CONFIDENCE:.0%} CI {_x(ci[0])}..{_x(ci[1])}"
 
 
-def _bytes(n: int) -> str:
-    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if n >= size:
-            return f"{n / size:.1f} {unit}"
-    return f"{n} B"
-
-
 def _names(modes: Sequence[str]) -> str:
     if len(modes) <= 2:
         return " and ".join(modes)
@@ -501,7 +494,8 @@ def _counter_words(counters: UnifiedMemoryCounters | None) -> str:
         return "unified-memory counters were not measured in this run"
     cold = counters.first_call
     return (
-        f"the counters saw {_bytes(cold.bytes_htod)} migrated to the GPU, {_bytes(cold.bytes_dtoh)} to the host, "
+        f"the counters saw {format_bytes(cold.bytes_htod)} migrated to the GPU, "
+        f"{format_bytes(cold.bytes_dtoh)} to the host, "
         f"{cold.gpu_page_faults} GPU and {cold.cpu_page_faults} CPU page faults in a cold call replayed after the "
         "samples with the pages put back on the host, not in the first call, which was timed without them"
     )
