@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import textwrap
@@ -14,7 +15,7 @@ import pytest
 from concurrency_runs import PLUGIN
 from pytest_jetmem.measure.baseline import WINDOW_SESSIONS
 from pytest_jetmem.plugin import options
-from pytest_jetmem.plugin.children import PARENT_SESSION_ENV, Child, child_args, child_argv, child_env
+from pytest_jetmem.plugin.children import WORKER_ENV, Child, child_args, child_argv, child_env
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="child processes need POSIX process groups")
 
@@ -51,8 +52,11 @@ def parse(pytester: pytest.Pytester) -> Callable[..., pytest.Config]:
         (["--jetmem-save", "--jetmem-overwrite", "--jetmem-runs", "2"], ["--jetmem-runs", "2"]),
         (["--jetmem-save", "main", "--jetmem-report=r.html", "--jetmem-benchmark-json", "b.json"], []),
         (["--jetmem-against", "."], []),
-        (["--basetemp", "/tmp/x", "--rootdir=.", "-c", "tox.ini", "--junitxml", "j.xml"], []),
-        (["-s", "--capture=no", "--lf", "--sw", "-n", "2", "--dist", "load", "-v"], ["-v"]),
+        (["--basetemp", "/tmp/x", "--rootdir=.", "-c", "tox.ini", "--junitxml", "j.xml"], ["--junitxml", "j.xml"]),
+        (
+            ["-s", "--capture=no", "--lf", "--sw", "-n", "2", "--dist", "load", "-v"],
+            ["--lf", "--sw", "-n", "2", "--dist", "load", "-v"],
+        ),
         (["-vs", "-sx", "-lsq"], ["-v", "-x", "-lq"]),  # -s inside a bundle is left out as -s alone is
         (["-ss"], []),
         (["-rs", "-vrs", "-ks", "-vk", "test_s", "-vWerror", "-Xs"], None),  # s is a value there
@@ -98,11 +102,11 @@ def pytest_addoption(parser):
 """
 
 
-def test_pytest_cov_options_never_reach_a_child(
+def test_a_child_runs_no_coverage_controller_of_its_own(
     parse: Callable[..., pytest.Config], pytester: pytest.Pytester, tmp_path: Path
 ) -> None:
-    """A child runs no coverage controller of its own (it would erase and rewrite the parent's data files, print a
-    report and fail on --cov-fail-under): pytest-cov's options stay with the parent, and --no-cov comes last."""
+    """pytest-cov's options reach a child as they are, but --no-cov comes last: a controller of its own would erase
+    and rewrite the parent's data files, print a report and fail on --cov-fail-under."""
     try:
         import pytest_cov  # noqa: F401
     except ImportError:  # the stand-in, registered under pytest-cov's plugin name
@@ -110,14 +114,10 @@ def test_pytest_cov_options_never_reach_a_child(
         loaded: list[str] = ["-p", "pytest_cov"]
     else:  # the real one: --no-cov first, so that parsing starts no coverage in this process
         loaded = ["--no-cov"]
-    cov = ["--cov", "--cov=src", "--cov", "pkg", "--cov-report=xml:c.xml", "--cov-report", "term-missing"]
-    cov += ["--cov-config", ".coveragerc", "--cov-fail-under=90", "--cov-append", "--cov-branch", "--cov-reset"]
-    cov += ["--cov-precision", "2", "--cov-context=test", "--no-cov-on-fail"]
-    config = parse(*loaded, *cov, "-x", "--cov", "--other-flag", "test_a.py")
+    cov = ["--cov=src", "--cov-report=xml:c.xml", "--cov-fail-under=90"]
+    config = parse(*loaded, *cov, "-x", "test_a.py")
     assert config.pluginmanager.hasplugin("pytest_cov")
-    kept = child_args(config)
-    assert not [a for a in kept if "cov" in a and a != "pytest_cov"], kept
-    assert kept[-2:] == ["-x", "--other-flag"]  # "--cov" took no value before an option, test_a.py is a file
+    assert child_args(config)[-4:] == [*cov, "-x"]
     argv = child_argv(config, Path(config.rootpath), tmp_path / "bt", ["test_a.py"])
     assert argv[-2:] == ["--no-cov", str(Path(config.rootpath) / "test_a.py")]  # also against addopts' --cov
 
@@ -139,7 +139,7 @@ def test_child_argv(parse: Callable[..., pytest.Config], pytester: pytest.Pytest
     root = Path(config.rootpath)
     argv = child_argv(config, root, tmp_path / "bt", ["sub/test_a.py::TestC::test_x[managed-1]", "test_a.py"])
     assert argv[1:3] == ["-m", "pytest"]
-    assert argv[3:6] == ["-p", "no:cacheprovider", "-q"]
+    assert argv[3] == "-q" and "no:cacheprovider" not in argv  # a child's cache plugin writes nothing
     assert f"--rootdir={root}" in argv
     assert argv[argv.index("-c") + 1] == str(config.inipath) and argv.count("-c") == 1
     assert f"--basetemp={tmp_path / 'bt'}" in argv and str(tmp_path / "b") not in argv
@@ -150,10 +150,13 @@ def test_child_argv(parse: Callable[..., pytest.Config], pytester: pytest.Pytest
     assert argv[-1] == str(root / "test_a.py")  # sub/test_a.py is not in that tree
 
 
-def test_child_env_names_the_parent_session(parse: Callable[..., pytest.Config]) -> None:
+def test_child_env_carries_the_workerinput_with_the_parent_session(parse: Callable[..., pytest.Config]) -> None:
     config = parse()
     env = child_env(config, EXTRA="1")
-    assert env["EXTRA"] == "1" and env[PARENT_SESSION_ENV]
+    workerinput = json.loads(env[WORKER_ENV])
+    assert env["EXTRA"] == "1" and workerinput["jetmem_session"]
+    assert workerinput["testrunuid"] == json.loads(child_env(config)[WORKER_ENV])["testrunuid"]  # one per session
+    assert workerinput["workercount"] == 1 and workerinput["mainargv"][1:3] == ["-m", "pytest"]
 
 
 # ----------------------------------------------------------------------------------------------------------

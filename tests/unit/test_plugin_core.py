@@ -38,9 +38,35 @@ def test_the_core_is_registered_after_the_halves_it_imports() -> None:
 
 
 CONFTEST = """
+import pytest
+
+def _log(item, who):
+    with open(item.config.rootpath / "calls.txt", "a") as f:
+        f.write(f"{who}:{item.name}\\n")
+
+@pytest.hookimpl(hookwrapper=True)
 def pytest_pyfunc_call(pyfuncitem):
-    with open(pyfuncitem.config.rootpath / "calls.txt", "a") as f:
-        f.write(pyfuncitem.name + "\\n")
+    _log(pyfuncitem, "hookwrapper")
+    yield
+
+class NewStyle:
+    @pytest.hookimpl(wrapper=True)
+    def pytest_pyfunc_call(self, pyfuncitem):
+        _log(pyfuncitem, "wrapper")
+        return (yield)
+
+class First:
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_pyfunc_call(self, pyfuncitem):
+        _log(pyfuncitem, "tryfirst")
+
+class Plain:
+    def pytest_pyfunc_call(self, pyfuncitem):
+        _log(pyfuncitem, "plain")
+
+def pytest_configure(config):
+    for p in (NewStyle(), First(), Plain()):
+        config.pluginmanager.register(p)
 """
 
 
@@ -74,4 +100,6 @@ def test_a_body_run_here_is_pytests_own_call_and_is_judged_after_it(
     }
     result.stdout.fnmatch_lines(["*median above max_ms=0.01*"])
     calls = (pytester.path / "calls.txt").read_text().split()
-    assert calls == ["test_too_slow[device]", "test_reported[device]", "test_plain"]
+    kinds = ("hookwrapper", "wrapper", "tryfirst", "plain")
+    tests = ("test_too_slow[device]", "test_reported[device]", "test_plain")
+    assert sorted(calls) == sorted(f"{k}:{t}" for k in kinds for t in tests)  # each of them once per test

@@ -5,10 +5,15 @@ Three halves start children: ``memmode_concurrency`` (one test, judged by how th
 tests after a sticky CUDA error). All of them
 
 - get the parent's own command line (``config.invocation_params.args``, as pytest-xdist forwards it to its
-  workers) less what a child must not get: the parent-only settings of :mod:`~pytest_jetmem.plugin.options`
-  (saving, the parent's outputs, ``--jetmem-against``), pytest's outputs and paths, ``-s`` (also in a bundle such
-  as ``-vs``), xdist's distribution, pytest-cov's options, the cache plugin's options, and the files and node
-  ids (:func:`child_argv`); other plugins' options reach them;
+  workers) less pytest's own settings a child must not share (its rootdir, ini file, basetemp, ``-s``) and the
+  parent-only settings of :mod:`~pytest_jetmem.plugin.options` (saving, the parent's outputs, ``--jetmem-against``),
+  and less the files and node ids (:func:`child_argv`); every other plugin's options reach them as they are;
+- are sessions other plugins recognise as not the main one, as they recognise pytest-xdist's workers: a child's
+  ``config.workerinput`` is set before any plugin configures (:func:`mark_worker`: ``workerid``, ``workercount``,
+  ``testrunuid``, ``mainargv`` as xdist gives them, and the parent's ``jetmem_session``), so junitxml,
+  pytest-html, pytest-json-report, pytest-reportlog, the cache plugin and pytest-cov's controller leave their files
+  to the parent; xdist gets ``-n 0`` and pytest-cov ``--no-cov`` (a child's coverage is coverage.py's subprocess
+  measurement, combined by the parent's pytest-cov);
 - are started as :class:`~pytest_jetmem.correctness.isolation.Spawned` (own process group, timeout, the whole
   group killed at the end) by :meth:`Child.start`, and driven test by test through one channel and one loop
   (:class:`Child` in the parent, :class:`DrivenChild` in the child): the parent writes JSON commands, one a
@@ -29,6 +34,7 @@ import os
 import select
 import sys
 import time
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any
@@ -41,7 +47,7 @@ from pytest_jetmem.plugin.sessions import device_session, gate_session
 
 __all__ = [
     "CHANNEL_ENV",
-    "PARENT_SESSION_ENV",
+    "WORKER_ENV",
     "Child",
     "ChildEnded",
     "DrivenChild",
@@ -52,13 +58,15 @@ __all__ = [
     "child_env",
     "configure_child",
     "from_wire",
+    "mark_worker",
     "phase_outcome",
     "run_in_children_only",
     "to_wire",
 ]
 
-#: Set in every child's environment: the parent's session id (the child's baseline entries are labelled with it).
-PARENT_SESSION_ENV = "PYTEST_JETMEM_PARENT_SESSION"
+#: Set in every child's environment: its ``config.workerinput`` as JSON (:func:`mark_worker`), with the parent's
+#: session id (``jetmem_session``: the child's baseline entries are labelled with it).
+WORKER_ENV = "PYTEST_JETMEM_WORKERINPUT"
 #: Set in a driven child's environment: ``<command fd>,<answer fd>``.
 CHANNEL_ENV = "PYTEST_JETMEM_CHANNEL"
 #: The attribute of a child's call report that carries the baseline entries of its measurements.
@@ -66,59 +74,17 @@ ENTRIES_ATTRIBUTE = "jetmem_entries"
 
 # -- the child's command line --------------------------------------------------------------------------------
 
-#: Options of pytest and its usual plugins that a child does not get from the parent's command line, with what
-#: each takes after it: 0 nothing, 1 a value, "?" a value unless the next argument is an option. The child gets
-#: its own rootdir, ini file and basetemp; the parent writes the outputs; the parent distributes.
+#: pytest's own options that a child does not get from the parent's command line, with what each takes after it:
+#: 0 nothing, 1 a value. The child gets its own rootdir, ini file and basetemp, and captures what its tests print,
+#: so it comes back on their reports (its own output is a log file). Other plugins' options all reach the child:
+#: a plugin that writes a session's files writes them only where ``config.workerinput`` is absent.
 _PYTEST_PARENT_ONLY: dict[str, int | str] = {
     "--rootdir": 1,
     "-c": 1,
     "--config-file": 1,
     "--basetemp": 1,
-    "--junitxml": 1,
-    "--junit-xml": 1,
-    "--junitprefix": 1,
-    "--junit-prefix": 1,
-    "--report-log": 1,  # pytest-reportlog
-    "--html": 1,  # pytest-html
-    # a child captures what its tests print, so it comes back on their reports (its own output is a log file)
     "-s": 0,
     "--capture": 1,
-    # the cache plugin: a child runs with -p no:cacheprovider, where these are unknown options
-    "--lf": 0,
-    "--last-failed": 0,
-    "--ff": 0,
-    "--failed-first": 0,
-    "--nf": 0,
-    "--new-first": 0,
-    "--cache-clear": 0,
-    "--cache-show": "?",
-    "--lfnf": 1,
-    "--last-failed-no-failures": 1,
-    "--sw": 0,
-    "--stepwise": 0,
-    "--sw-skip": 0,
-    "--stepwise-skip": 0,
-    "--sw-reset": 0,
-    "--stepwise-reset": 0,
-}
-#: pytest-cov's options: a child never runs a coverage controller of its own. One would erase the coverage data
-#: files at its start, combine and write them at its end, print its own report and fail on ``--cov-fail-under``
-#: (a ``memmode_concurrency`` child is judged by how it ended). A child's coverage is coverage.py's subprocess
-#: measurement (``[run] patch = subprocess``; pytest-cov before 7 through its ``.pth`` file): parallel data files
-#: that the parent's pytest-cov combines at its end. Where pytest-cov is loaded a child also gets ``--no-cov``
-#: last, for a ``--cov`` in ``addopts``.
-_COV_PARENT_ONLY: dict[str, int | str] = {
-    "--cov": "?",
-    "--cov-reset": 0,
-    "--cov-report": 1,
-    "--cov-config": 1,
-    "--no-cov-on-fail": 0,
-    "--no-cov": 0,
-    "--cov-fail-under": 1,
-    "--cov-append": 0,
-    "--cov-branch": 0,
-    "--cov-precision": 1,
-    "--cov-context": 1,
 }
 #: What pytest's own short options (and pytest-xdist's: lower-case short options are pytest's and xdist's alone)
 #: take: 0 nothing, 1 a value (the rest of a bundle, ``-rsx``, or the next argument). Reading a bundle such as
@@ -127,27 +93,10 @@ _SHORT_OPTIONS: dict[str, int] = {
     **dict.fromkeys(("-k", "-m", "-r", "-W", "-c", "-p", "-o", "-n"), 1),
     **dict.fromkeys(("-x", "-s", "-v", "-q", "-l", "-V", "-h", "-d", "-f"), 0),
 }
-#: pytest-xdist's distribution (where it is loaded): a child never distributes (it gets ``-n 0``).
-_XDIST_PARENT_ONLY: dict[str, int | str] = {
-    "-n": 1,
-    "--numprocesses": 1,
-    "--maxprocesses": 1,
-    "--max-worker-restart": 1,
-    "--dist": 1,
-    "-d": 0,
-    "--tx": 1,
-    "--px": 1,
-    "--rsyncdir": 1,
-    "--rsyncignore": 1,
-    "-f": 0,
-    "--looponfail": 0,
-}
 
 
 def _parent_only(config: pytest.Config) -> dict[str, int | str]:
-    table: dict[str, int | str] = {**_PYTEST_PARENT_ONLY, **_COV_PARENT_ONLY}
-    if config.pluginmanager.hasplugin("xdist"):
-        table.update(_XDIST_PARENT_ONLY)
+    table: dict[str, int | str] = dict(_PYTEST_PARENT_ONLY)
     for s in options.parent_only():
         if s.option:
             table[s.flag] = 0 if s.takes == "flag" else "?" if s.takes == "optional" else 1
@@ -233,7 +182,7 @@ def child_argv(config: pytest.Config, root: Path, basetemp: Path, targets: Seque
     parent-only settings are cleared (``-o jetmem_report=``): a child's rows travel to its parent, which writes
     the report. The cache plugin is off (the parent's cache is the parent's); xdist gets ``-n 0``.
     """
-    argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", f"--rootdir={root}"]
+    argv = [sys.executable, "-m", "pytest", "-q", f"--rootdir={root}"]
     if config.inipath is not None:
         ini: Path | None = Path(config.inipath)
         if root != Path(config.rootpath):
@@ -250,15 +199,58 @@ def child_argv(config: pytest.Config, root: Path, basetemp: Path, targets: Seque
     if config.pluginmanager.hasplugin("xdist"):
         argv += ["-n", "0"]  # the parent distributes; a child never does (an addopts "-n auto" would)
     if config.pluginmanager.hasplugin("pytest_cov"):
-        argv += ["--no-cov"]  # no coverage controller of its own (see _COV_PARENT_ONLY), not even from addopts
+        argv += ["--no-cov"]  # no coverage controller of its own (the module's docstring), not even from addopts
     return [*argv, *filter(None, (_target(root, t) for t in targets))]
 
 
 def child_env(config: pytest.Config, **extra: str) -> dict[str, str]:
-    """A child's environment: this one, the parent's session id (:data:`PARENT_SESSION_ENV`) and ``extra``."""
+    """A child's environment: this one, its ``workerinput`` so far (:data:`WORKER_ENV`: the parent's session id, the
+    test run's id, the parent's argv; :meth:`Child.start` names the worker) and ``extra``."""
     gate = gate_session(config)
-    env = {**os.environ, PARENT_SESSION_ENV: gate.session_id if gate is not None else "", **extra}
-    return env
+    parent = getattr(config, "workerinput", None) or {}
+    workerinput = {
+        "workercount": 1,
+        "testrunuid": parent.get("testrunuid") or _testrun_uid(config),
+        "mainargv": [sys.executable, "-m", "pytest", *config.invocation_params.args],
+        "jetmem_session": gate.session_id if gate is not None else "",
+        "jetmem_parent": parent.get("workerid", ""),
+    }
+    return {**os.environ, WORKER_ENV: json.dumps(workerinput), **extra}
+
+
+_TESTRUN_UID = pytest.StashKey[str]()
+
+
+def _testrun_uid(config: pytest.Config) -> str:
+    """This session's test run id (as pytest-xdist's ``testrunuid``), one for all its children."""
+    if _TESTRUN_UID not in config.stash:
+        config.stash[_TESTRUN_UID] = uuid.uuid4().hex
+    return config.stash[_TESTRUN_UID]
+
+
+def _name_worker(env: dict[str, str], stem: str) -> dict[str, str]:
+    """``env`` with the child's ``workerid`` in its :data:`WORKER_ENV`: ``jetmem-<stem>``, after the parent's own
+    worker id where the parent is an xdist worker (``gw0-jetmem-base``): each child a name of its own."""
+    if WORKER_ENV not in env:
+        return env
+    workerinput = json.loads(env[WORKER_ENV])
+    parent = workerinput.pop("jetmem_parent", "")
+    workerinput["workerid"] = "-".join(filter(None, (parent, "jetmem", stem)))
+    return {**env, WORKER_ENV: json.dumps(workerinput)}
+
+
+def mark_worker(config: pytest.Config) -> None:
+    """In a child (:data:`WORKER_ENV` set): ``config.workerinput`` and an empty ``config.workeroutput``, as
+    pytest-xdist gives its workers, so that every plugin that writes a session's files leaves them to the parent.
+
+    Called from ``pytest_load_initial_conftests``, before any plugin's ``pytest_configure`` looks. The variable is
+    removed: a pytest a test starts in turn is no child.
+    """
+    raw = os.environ.pop(WORKER_ENV, None)
+    if raw is None or hasattr(config, "workerinput"):
+        return
+    config.workerinput = json.loads(raw)  # type: ignore[attr-defined]
+    config.workeroutput = {}  # type: ignore[attr-defined]
 
 
 # -- reports: one serialiser, one reading of how a test went ---------------------------------------------------
@@ -378,7 +370,9 @@ class Child:
     ) -> Child:
         """Start ``argv`` with the two pipes of a driven child, its stdout and stderr in ``workdir`` (``<stem>.out``,
         ``<stem>.err``; the stem defaults to ``name``)."""
-        stem = str(workdir / (stem or name.replace(" ", "-")))
+        stem = stem or name.replace(" ", "-")
+        env = _name_worker(env, stem)
+        stem = str(workdir / stem)
         cmd_r, cmd_w = os.pipe()
         res_r, res_w = os.pipe()
         env = {**env, CHANNEL_ENV: f"{cmd_r},{res_w}"}
@@ -610,7 +604,8 @@ def configure_child(config: pytest.Config) -> DrivenChild | None:
     side = config.stash.get(_SIDE, None)
     if side is not None or CHANNEL_ENV not in os.environ:
         return side
-    device_session(config).parent_session = os.environ.pop(PARENT_SESSION_ENV, None) or None
+    workerinput = getattr(config, "workerinput", None) or {}
+    device_session(config).parent_session = workerinput.get("jetmem_session") or None
     device_session(config).relay_allowed = False  # the parent replaces a child that breaks, or judges how it ended
     options.reset_parent_only(config)
     cmd_fd, res_fd = (int(x) for x in os.environ.pop(CHANNEL_ENV).split(","))
