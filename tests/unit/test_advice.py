@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from fakes.records import record
 from pytest_jetmem.cuda.device import DeviceInfo
+from pytest_jetmem.measure import advice_stats
 from pytest_jetmem.measure.advice import (
     CONFIDENCE,
     EQUIVALENCE_MARGIN,
@@ -30,6 +31,7 @@ from pytest_jetmem.measure.advice import (
     RuleKind,
     RuleVerdict,
     TouchCost,
+    advice_header,
     advise,
     comparable,
     format_advice,
@@ -340,6 +342,55 @@ def test_the_same_data_gives_the_same_words_in_any_order() -> None:
     assert first[0] == "device: Orin (integrated GPU; CONCURRENT_MANAGED_ACCESS=0, PAGEABLE_MEMORY_ACCESS=0)"
     assert first[3] == "the note: https://docs.nvidia.com/cuda/cuda-for-tegra-appnote/"
     assert [ln for ln in first if ln.startswith("t.py::")] == ["t.py::test_a  k:kernel", "t.py::test_b  k:kernel"]
+
+
+def test_an_integrated_gpu_header_states_the_rule_once_citing_every_section_the_tests_cite() -> None:
+    """Tests measured in different modes cite different sections of the same rule: the header says the rule once
+    (it said it once per set of sections), and each test's verdict keeps its own sections."""
+    rows = [
+        *(rec(m, noisy(1.0, seed=i), test="t.py::test_a") for i, m in enumerate(("device", "managed"))),
+        *(rec(m, noisy(f, seed=i), test="t.py::test_b") for i, (m, f) in enumerate((("device", 1), ("zero_copy", 5)))),
+        *(rec(m, noisy(f, seed=i), test="t.py::test_c") for i, (m, f) in enumerate((("device", 1), ("registered", 5)))),
+    ]
+    session = advise(rows, ORIN)
+    assert [a.rule.sections for a in session.advice] == [
+        ("Memory Selection",),
+        ("Memory Selection", "Pinned Memory Guidelines on Tegra Systems with no I/O coherency"),
+        ("Memory Selection", "I/O Coherency"),
+    ]
+    header = advice_header(session)
+    rules = [ln for ln in header if ln.startswith("NVIDIA's CUDA for Tegra note")]
+    assert rules == [
+        'NVIDIA\'s CUDA for Tegra note ("Memory Selection", "Pinned Memory Guidelines on Tegra Systems with no I/O '
+        f'coherency", "I/O Coherency"): {session.advice[0].rule.text}'
+    ]
+    lines = format_advice(session)
+    assert sum(session.advice[0].rule.text in ln for ln in lines) == 1
+    assert '  the note ("Memory Selection", "I/O Coherency"), this run agrees: registered\'s kernel takes' in "\n".join(
+        lines
+    )
+
+
+def test_each_pair_of_samples_is_bootstrapped_once_however_often_it_is_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The standing, the penalty reason and the note's rule compare the same pair, and the terminal section and the
+    report advise on the same records: the seeded interval is computed once per pair of samples."""
+    calls: list[tuple[float, float]] = []
+
+    def counting(base: Sequence[float], other: Sequence[float], confidence: float) -> tuple[float, float, float]:
+        calls.append((base[0], other[0]))
+        return ratio_ci(base, other, confidence=confidence)
+
+    monkeypatch.setattr(advice_stats, "ratio_ci", counting)
+    rows = [
+        rec(m, noisy(f, seed=901 + i))
+        for i, (m, f) in enumerate((("device", 1.2345), ("managed", 1.9), ("zero_copy", 6.1)))
+    ]
+    first = advise(rows, ORIN)
+    assert len(calls) == 2  # device against managed, device against zero_copy (the reason and the rule ask again)
+    assert [r.kind for r in first.advice[0].reasons] == [ReasonKind.UNCACHED_PENALTY]
+    assert first.advice[0].rule.verdict is RuleVerdict.AGREES
+    again = advise([replace(r) for r in reversed(rows)], ORIN)  # the report's own copies of the same records
+    assert again == first and len(calls) == 2
 
 
 def test_the_json_is_plain_json_with_every_key() -> None:

@@ -122,6 +122,20 @@ def test_series_table_has_a_column_per_iteration_and_advice_per_phase() -> None:
     ]
 
 
+@pytest.mark.parametrize("touched", [0, 3, 5])
+def test_series_table_where_one_phase_has_no_iterations(touched: int) -> None:
+    """Every iteration after a CPU write (or none): the table has one phase's advice, and does not crash."""
+    scenarios = Scenarios()
+    scenarios.describe("unified", "Unified", series=True, touched=touched)
+    rows = [row(f"unified/{i}", m, 0.3, first=v) for i in (1, 2, 3) for m, v in (("device", 0.31), ("managed", 0.6))]
+    lines = format_tables(rows, scenarios, ORIN)
+    assert lines.count("  wins after a CPU write (iterations 1-3): no clear winner (too few samples)") == (touched > 0)
+    assert lines.count("  wins GPU only (iterations 1-3): no clear winner (too few samples)") == (touched == 0)
+    start = lines.index("Unified: kernel time (CUDA events: device time of the kernel alone) of each iteration")
+    phase = ["0.600", "1.94x", "-", "-"] if touched else ["-", "-", "0.600", "1.94x"]  # CPU wrote, then GPU only
+    assert lines[start + 3].split()[-4:] == phase
+
+
 def test_one_mode_only() -> None:
     lines = format_tables([row("matmul/2048", "zero_copy", 35.5)], None, H100)
     assert lines[-1] == "  only zero_copy ran"

@@ -222,3 +222,18 @@ def test_coherence_check_wrong_seed() -> None:
     count, first = ref.coherence_check(buf, 8)
     assert count == expected_bad
     assert first == 0
+
+
+@pytest.mark.parametrize("shape", [(11, 11), (13, 9), (45, 45)])
+def test_large_kernels_by_fft_give_the_direct_sums(shape: tuple[int, int]) -> None:
+    """Above DIRECT_TAPS the sums are taken by FFT: the same float32 result as the sums taken pixel by pixel."""
+    rng = np.random.default_rng(7)
+    img = rng.random((40, 52), dtype=np.float32)
+    k = (rng.standard_normal(shape) / shape[0]).astype(np.float32)
+    kh, kw = shape
+    padded = np.pad(img.astype(np.float64), ((kh // 2, kh // 2), (kw // 2, kw // 2)), mode="edge")
+    flipped = k[::-1, ::-1].astype(np.float64)
+    want = np.array(
+        [[np.sum(padded[y : y + kh, x : x + kw] * flipped) for x in range(img.shape[1])] for y in range(img.shape[0])]
+    ).astype(np.float32)
+    np.testing.assert_allclose(ref.conv2d_replicate(img, k), want, rtol=1e-6, atol=1e-6)

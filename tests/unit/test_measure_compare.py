@@ -318,3 +318,114 @@ def test_paired_log_test_with_one_value_calls_nothing() -> None:
     assert paired_log_test([0.1]) == pytest.approx((math.exp(0.1), 0.0, math.inf, 1.0))
     ratio, low, high, p = paired_log_test(np.log([1.05, 1.06, 1.04, 1.05]))
     assert low < ratio < high and p < 0.01
+
+
+# -- data the plugin itself produces never crashes a comparison (issue 24) ------------------------------------------
+BELOW_RESOLUTION = "the medians are 0 ms on both sides: below the timer's resolution, nothing to compare"
+
+
+def test_zero_ms_on_both_sides_is_unchanged_and_says_why() -> None:
+    zero_rounds = [[[0.0] * 3] * 5]
+    for cmp in (
+        compare_paired(zero_rounds, zero_rounds, 5),
+        compare([0.0] * 10, [0.0] * 10, 5),
+        compare_runs([[0.0] * 5] * 3, [[0.0] * 5] * 2, 5),
+        compare_sessions([[[0.0] * 5]] * 5, [[0.0] * 5], 5),
+    ):
+        assert (cmp.verdict, cmp.ratio, cmp.reason) == (Verdict.UNCHANGED, 1.0, BELOW_RESOLUTION)
+        assert cmp.describe().endswith(f"within 5% threshold: UNCHANGED ({BELOW_RESOLUTION})")
+
+
+def test_zero_ms_on_one_side_is_ambiguous_with_its_reason() -> None:
+    slower = compare_paired([[[0.0] * 3] * 5], [[[0.1] * 3] * 5], 5)
+    assert (slower.verdict, slower.ratio) == (Verdict.AMBIGUOUS, math.inf)
+    assert slower.reason == "the median of the base is 0 ms: below the timer's resolution, no ratio to test"
+    faster = compare_paired([[[0.1] * 3] * 5], [[[0.0] * 3] * 5], 5)
+    assert (faster.verdict, faster.ratio) == (Verdict.AMBIGUOUS, 0.0)
+    assert faster.reason == "5 of the 10 medians of the rounds are 0 ms: below the timer's resolution, no interval"
+    some = compare_sessions([[[0.1] * 5]] * 4 + [[[0.0] * 5]], [[0.1] * 5], 5)
+    assert some.verdict is Verdict.UNCHANGED  # the median of the session medians is 0.1 ms on both sides
+    assert some.reason == "1 of the 6 medians of the sessions are 0 ms: below the timer's resolution, no interval"
+
+
+def test_one_round_gives_no_interval() -> None:
+    cmp = compare_paired([[[0.1, 0.1, 0.1]]], [[[0.2, 0.2, 0.2]]], 5)
+    assert (cmp.verdict, cmp.n_current, cmp.unit) == (Verdict.AMBIGUOUS, 1, "rounds")
+    assert cmp.ratio == pytest.approx(2.0) and (cmp.ci_low, cmp.ci_high, cmp.p_value) == (0.0, math.inf, 1.0)
+    assert cmp.reason == "one round only: no interval"
+    assert compare_paired([[[0.1]]], [[[0.1]]], 5).verdict is Verdict.UNCHANGED
+
+
+def test_a_side_without_rounds_or_samples_says_there_is_nothing_to_compare() -> None:
+    rounds = [[[0.1, 0.1, 0.1]] * 5]
+    for base, change, side in (([], rounds, "the base"), (rounds, [], "the change"), ([[]], [[]], "the base")):
+        cmp = compare_paired(base, change, 5)
+        assert cmp.verdict is Verdict.AMBIGUOUS and math.isnan(cmp.ratio)
+        assert cmp.reason == f"{side} has no samples: nothing to compare"
+    assert compare_paired([[[]] * 5], rounds, 5).reason == "the base has no samples: nothing to compare"
+    assert compare_sessions([], [[0.1]], 5).reason == "the baseline has no samples: nothing to compare"
+    assert compare_sessions([[[]], []], [[0.1]], 5).reason == "the baseline has no samples: nothing to compare"
+    assert compare_sessions([[[0.1]]], [[]], 5).reason == "the current measurement has no samples: nothing to compare"
+    assert compare([], [0.1], 5).verdict is Verdict.AMBIGUOUS
+
+
+def test_equal_samples_are_exact() -> None:
+    same = compare_paired([[[0.1] * 3] * 5], [[[0.1] * 3] * 5], 5)
+    assert (same.verdict, same.ratio, same.p_value) == (Verdict.UNCHANGED, 1.0, 1.0)
+    assert same.ci_low == same.ci_high == 1.0
+    slower = compare_sessions([[[0.1] * 5]] * 5, [[0.2] * 5], 5)
+    assert slower.verdict is Verdict.REGRESSION and slower.ci_low == pytest.approx(2.0)
+
+
+def test_what_no_measurement_gives_still_raises() -> None:
+    with pytest.raises(ValueError, match=r"baseline: -1\.0 is not a duration"):
+        compare([-1.0], [1.0], 5)
+    with pytest.raises(ValueError, match="change round: nan is not a duration"):
+        compare_paired([[[1.0]]], [[[math.nan]]], 5)
+
+
+# the shapes the plugin produces, with any non-negative durations: zeros, equal values, single and empty samples
+duration_or_zero = st.one_of(st.just(0.0), st.sampled_from([0.001, 0.1, 1.0]), st.floats(min_value=0.0, max_value=1e6))
+samples = st.lists(duration_or_zero, max_size=6)
+
+
+@st.composite
+def paired_rounds(draw: st.DrawFn) -> tuple[list[list[list[float]]], list[list[list[float]]]]:
+    """Per run (as many on both sides, or none on a side), the rounds of each side (mostly as many)."""
+    n_runs = draw(st.integers(min_value=0, max_value=3))
+    base, change = [], []
+    for _ in range(n_runs):
+        n_rounds = draw(st.integers(min_value=0, max_value=5))
+        base.append([draw(samples) for _ in range(n_rounds)])
+        change.append([draw(samples) for _ in range(n_rounds + draw(st.sampled_from([0, 0, 0, 1])))])
+    side = draw(st.sampled_from(["both", "both", "no base", "no change"]))
+    return ([] if side == "no base" else base), ([] if side == "no change" else change)
+
+
+def check_comparison(cmp: Comparison) -> None:
+    assert isinstance(cmp, Comparison)
+    assert cmp.verdict in Verdict
+    assert not math.isnan(cmp.ratio) or cmp.verdict is Verdict.AMBIGUOUS
+    assert cmp.verdict is not Verdict.AMBIGUOUS or cmp.reason
+    assert cmp.describe() and cmp.to_dict()["verdict"] == cmp.verdict.value
+
+
+@settings(max_examples=200, deadline=None)
+@given(paired_rounds(), st.sampled_from([0.0, 2.0, 5.0]))
+def test_paired_comparisons_of_any_durations_give_a_verdict(
+    rounds: tuple[list[list[list[float]]], list[list[list[float]]]], t: float
+) -> None:
+    check_comparison(compare_paired(*rounds, t))
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.lists(samples, max_size=3), max_size=5),
+    st.lists(samples, min_size=1, max_size=3),
+    st.sampled_from([0.0, 5.0]),
+    st.integers(min_value=1, max_value=4),
+)
+def test_session_comparisons_of_any_durations_give_a_verdict(
+    sessions: list[list[list[float]]], current: list[list[float]], t: float, min_sessions: int
+) -> None:
+    check_comparison(compare_sessions(sessions, current, t, min_sessions=min_sessions))

@@ -195,6 +195,42 @@ def test_malformed_objects_say_what_is_wrong(data: object, match: str) -> None:
         MeasurementRecord.from_json(data)
 
 
+@pytest.mark.parametrize(
+    ("data", "match"),
+    [
+        (_with(label=3), "label: expected a string, got 3"),
+        (_with(runs=True), "runs: expected a count >= 1, got True"),
+        (_with(n=True), "n: expected a count, got True"),
+        (_with(stop_reason=1), "stop_reason: expected a string, got 1"),
+        (_with(first_call_ms="slow"), "first_call_ms: expected a number or null, got 'slow'"),
+        (_with(relative_to=""), "relative_to: expected a non-empty string, got ''"),
+        (_with(baseline_reason=7), "baseline_reason: expected a string, got 7"),
+        (_with(baseline_unit=None), "baseline_unit: expected a non-empty string, got None"),
+        (_with(against=""), "against: expected a non-empty string, got ''"),
+        (_with(base_samples="1.5"), "base_samples: expected a list of numbers, got '1.5'"),
+        ({**noted_record().to_json(), "baseline_note": None}, "baseline_note: expected one of new, .* got None"),
+        (_with(verdict=None), "verdict: expected one of 'ok', 'reported', .* got None"),
+        (_with(um_counters=[1]), "expected"),
+    ],
+    ids=lambda v: "" if isinstance(v, (dict, list)) else v.split(":")[0],
+)
+def test_every_part_of_the_object_is_checked_and_named(data: object, match: str) -> None:
+    with pytest.raises(RecordError, match=match):
+        MeasurementRecord.from_json(data)
+
+
+def test_the_json_object_keeps_its_key_order() -> None:
+    """Readers see the row's keys in one order: what was measured, the figures, the conditions, the counters, the
+    judgement, the verdict last."""
+    assert list(full_record().to_json()) == [
+        *("version", "nodeid", "mode", "key", "label", "scope", "median", "mad", "p5", "p95", "min", "n"),
+        *("first_call_ms", "first_call_wall_ms", "stop_reason", "runs", "samples", "run_rounds", "clocks"),
+        *("throttled", "ratio", "ratio_ci", "relative_to", "reference_median", "against", "base_samples"),
+        *("baseline", "baseline_change_pct", "baseline_ci", "baseline_unit", "baseline_reason", "verdict"),
+    ]
+    assert list(noted_record().to_json())[-3:] == ["baseline", "baseline_note", "verdict"]
+
+
 def test_a_report_twin_writes_non_finite_figures_as_null_and_they_read_back_as_nan() -> None:
     cmp = Comparison(math.nan, math.nan, math.nan, math.nan, 5.0, Verdict.UNCHANGED, unit="sessions")
     built = RecordBuilder.measured(NODEID, measurement())

@@ -117,6 +117,16 @@ def test_tests_on_one_side_only_are_reported_not_judged(project: pytest.Pytester
     )
 
 
+def test_zero_ms_samples_are_unchanged_not_a_crash(project: pytest.Pytester) -> None:
+    """Work that queues nothing, or runs below the timer's resolution, times 0 ms on both sides (issue 24)."""
+    (project.path / "speed.txt").write_text("0\n")
+    git(project.path, "commit", "-qam", "zero")
+    result = project.runpytest_subprocess("-p", "no:cacheprovider", "--jetmem-against=HEAD")
+    result.assert_outcomes(passed=3)
+    assert set(table(result).values()) == {"+0.0% unchanged"}
+    result.stdout.no_fnmatch_line("*ValueError*")
+
+
 def test_a_prepared_checkout_path_is_the_base(project: pytest.Pytester, tmp_path: Path) -> None:
     base = tmp_path / "base"
     shutil.copytree(project.path, base, ignore=shutil.ignore_patterns(".git"))

@@ -138,91 +138,169 @@ def _advice_block(head: str, advice: Advice | None) -> list[str]:
     return [f"  {head}:", *advice_lines(advice, indent="    ", rule_text=False)]
 
 
-def _table(title: str, scope: str, group: Group, advice_of: Mapping[str, Advice]) -> list[str]:
-    cases = sorted(group, key=_natural)
-    modes = sorted({m for by_mode in group.values() for m in by_mode}, key=mode_rank)
-    ref_mode = reference_mode()
-    show_case = len(cases) > 1
-    cw = max([4, *(len(c) for c in cases)]) if show_case else 0
-    mw = max([4, *(len(m) for m in modes)])
-    vs = f"vs {ref_mode}" if ref_mode else "vs ref."
-    lines = [f"{title}: {SCOPE_TEXT.get(scope, scope)}"]
-    head = (f"{'case':<{cw}}  " if show_case else "") + f"{'mode':<{mw}}  {'median ms':>10}  {vs:>9}"
-    lines.append("  " + head + f"  {'first call ms':>13}")
+def _modes_of(group: Group) -> list[str]:
+    """Every mode of ``group``, in registry order, then the modes not registered here."""
+    return sorted({m for by_mode in group.values() for m in by_mode}, key=mode_rank)
+
+
+def _vs(ref_mode: str | None) -> str:
+    """The header of the ratio column."""
+    return f"vs {ref_mode}" if ref_mode else "vs ref."
+
+
+def _width(names: Iterable[str]) -> int:
+    """The width of a column of ``names`` under a four-letter header."""
+    return max([4, *(len(n) for n in names)])
+
+
+@dataclass(frozen=True)
+class _Columns:
+    """The columns of a scenario's table: a case column where it has several cases, the widths, the reference."""
+
+    show_case: bool
+    case_width: int
+    mode_width: int
+    ref_mode: str | None
+
+    @classmethod
+    def of(cls, cases: Sequence[str], modes: Sequence[str]) -> _Columns:
+        show_case = len(cases) > 1
+        return cls(show_case, _width(cases) if show_case else 0, _width(modes), reference_mode())
+
+    def head(self) -> str:
+        """The header line."""
+        case = f"{'case':<{self.case_width}}  " if self.show_case else ""
+        vs = _vs(self.ref_mode)
+        return f"  {case}{'mode':<{self.mode_width}}  {'median ms':>10}  {vs:>9}  {'first call ms':>13}"
+
+    def line(self, case: str, r: MeasurementRecord, ref: float | None, advice: Advice | None) -> str:
+        """One mode's line: ``case`` (empty after a case's first line), the median, the ratio, the first call."""
+        cell = (f"{case:<{self.case_width}}  " if self.show_case else "") + f"{r.mode:<{self.mode_width}}  "
+        cell += f"{_ms(r.median):>10}  {_ratio(r.median, ref):>9}  {_ms(r.statistics.first_call_ms):>13}"
+        return "  " + (cell + _mark(r.mode, advice)).rstrip()
+
+
+def _case_lines(
+    cols: _Columns, case: str, by_mode: Mapping[str, MeasurementRecord], advice: Advice | None
+) -> list[str]:
+    """A case's lines: one per mode that ran it (the case named on the first), or that only one mode ran it."""
+    ref_row = by_mode.get(cols.ref_mode or "")
+    ref = ref_row.median if ref_row is not None else None
+    ran = sorted(by_mode, key=mode_rank)
+    lines = [cols.line(case if i == 0 else "", by_mode[mode], ref, advice) for i, mode in enumerate(ran)]
+    if len(by_mode) < 2:
+        lines.append(f"  only {next(iter(by_mode))} ran" + (f" at {case}" if cols.show_case else ""))
+    return lines
+
+
+def _wins_line(cases: Sequence[str], group: Group, advice_of: Mapping[str, Advice]) -> list[str]:
+    """``wins: <winner> at <cases>; ...`` over the cases two or more modes ran (nothing where there are none)."""
     by_outcome: dict[str, list[str]] = {}
     for case in cases:
-        by_mode = group[case]
-        advice = advice_of.get(case)
-        ref = by_mode[ref_mode].median if ref_mode in by_mode else None
-        for i, mode in enumerate(m for m in modes if m in by_mode):
-            r = by_mode[mode]
-            cell = (f"{case if i == 0 else '':<{cw}}  " if show_case else "") + f"{mode:<{mw}}  "
-            cell += f"{_ms(r.median):>10}  {_ratio(r.median, ref):>9}  {_ms(r.statistics.first_call_ms):>13}"
-            lines.append("  " + (cell + _mark(mode, advice)).rstrip())
-        if len(by_mode) < 2:
-            lines.append(f"  only {next(iter(by_mode))} ran" + (f" at {case}" if show_case else ""))
-        elif show_case:
-            by_outcome.setdefault(wins(advice), []).append(case)
-    if by_outcome:
-        lines.append("  wins: " + "; ".join(f"{w} at {', '.join(cs)}" for w, cs in by_outcome.items()))
+        if len(group[case]) >= 2:
+            by_outcome.setdefault(wins(advice_of.get(case)), []).append(case)
+    if not by_outcome:
+        return []
+    return ["  wins: " + "; ".join(f"{w} at {', '.join(cs)}" for w, cs in by_outcome.items())]
+
+
+def _largest_case_advice(cases: Sequence[str], advice_of: Mapping[str, Advice], show_case: bool) -> list[str]:
+    """The advice of the largest case that has some (of the only case, where there is one)."""
     largest = next((c for c in reversed(cases) if c in advice_of), None)
-    if largest is not None:
-        lines.extend(
-            _advice_block(f"advice for {largest}, the largest case" if show_case else "advice", advice_of[largest])
-        )
+    if largest is None:
+        return []
+    return _advice_block(f"advice for {largest}, the largest case" if show_case else "advice", advice_of[largest])
+
+
+def _table(title: str, scope: str, group: Group, advice_of: Mapping[str, Advice]) -> list[str]:
+    """A scenario's table: a line per case and mode, the winners per case, the advice of the largest case."""
+    cases = sorted(group, key=_natural)
+    cols = _Columns.of(cases, _modes_of(group))
+    lines = [f"{title}: {SCOPE_TEXT.get(scope, scope)}", cols.head()]
+    for case in cases:
+        lines.extend(_case_lines(cols, case, group[case], advice_of.get(case)))
+    if cols.show_case:
+        lines.extend(_wins_line(cases, group, advice_of))
+    lines.extend(_largest_case_advice(cases, advice_of, cols.show_case))
+    return lines
+
+
+@dataclass(frozen=True)
+class _Series:
+    """A series scenario's figures: per iteration and mode, that measurement's first call."""
+
+    group: Group
+    modes: list[str]
+    touched: list[str]  # the iterations after a CPU write
+    untouched: list[str]  # the others
+
+    @classmethod
+    def of(cls, group: Group, touched: int) -> _Series:
+        iterations = sorted(group, key=_natural)
+        cut = max(touched, 0)
+        return cls(group, _modes_of(group), iterations[:cut], iterations[cut:])
+
+    def value(self, it: str, mode: str) -> float:
+        """The first call of iteration ``it`` in ``mode`` (NaN where there is none)."""
+        r = self.group[it].get(mode)
+        v = r.statistics.first_call_ms if r else None
+        return float(v) if v is not None else float("nan")
+
+    def values(self, its: Sequence[str], mode: str) -> list[float]:
+        """The first calls of iterations ``its`` in ``mode`` that are numbers."""
+        return [v for v in (self.value(it, mode) for it in its) if np.isfinite(v)]
+
+    def phase(self, its: Sequence[str], mode: str) -> float:
+        """The median first call of iterations ``its`` in ``mode`` (NaN without one)."""
+        vals = self.values(its, mode)
+        return float(np.median(vals)) if vals else float("nan")
+
+
+def _series_lines(s: _Series, title: str, scope: str) -> list[str]:
+    """The series table: a column per iteration (the touched ones first), the medians of both phases per mode."""
+    ref_mode = reference_mode()
+    vs = _vs(ref_mode)
+    mw = _width(s.modes)
+    head = f"{'mode':<{mw}}  " + " ".join(f"{it:>7}" for it in s.touched)
+    head += " |" + " ".join(f"{it:>7}" for it in s.untouched)
+    head += f"  {'median, CPU wrote':>17}  {vs:>9}  {'median, GPU only':>16}  {vs:>9}"
+    lines = [f"{title}: {SCOPE_TEXT.get(scope, scope)} of each iteration", "  " + head]
+    t_med = {m: s.phase(s.touched, m) for m in s.modes}
+    u_med = {m: s.phase(s.untouched, m) for m in s.modes}
+    for mode in s.modes:
+        line = f"{mode:<{mw}}  " + " ".join(f"{_ms(s.value(it, mode)):>7}" for it in s.touched)
+        line += " |" + " ".join(f"{_ms(s.value(it, mode)):>7}" for it in s.untouched)
+        line += f"  {_ms(t_med[mode]):>17}  {_ratio(t_med[mode], t_med.get(ref_mode or '')):>9}"
+        line += f"  {_ms(u_med[mode]):>16}  {_ratio(u_med[mode], u_med.get(ref_mode or '')):>9}"
+        lines.append("  " + line)
+    return lines
+
+
+def _series_advice(s: _Series, scenario: Scenario, scope: str, facts: DeviceFacts | None, test: str) -> list[str]:
+    """The winner and the advice of each phase that has iterations: after a CPU write (with what the write
+    costs), and GPU only."""
+    touches = [TouchCost(m, tuple(s.values(s.touched, m)), tuple(s.values(s.untouched, m))) for m in s.modes]
+    phases = [(s.touched, "after a CPU write", touches), (s.untouched, "GPU only", [])]
+    lines = []
+    for its, phase, cost in phases:
+        if not its:
+            continue
+        what = f"{phase} (iterations {_span(its)})"
+        measured = [Measured.from_samples(m, s.values(its, m)) for m in s.modes]
+        advice = advise_one(test, f"{scenario.name}, {what}", scope, measured, facts, touches=cost)
+        lines.append(f"  wins {what}: {wins(advice)}")
+        lines.extend(_advice_block(f"advice {what}", advice))
     return lines
 
 
 def _series_table(scenario: Scenario, scope: str, group: Group, facts: DeviceFacts | None, test: str) -> list[str]:
     """One row per mode: the first call of each iteration's measurement, then the medians of both phases."""
-    iterations = sorted(group, key=_natural)
-    modes = sorted({m for by_mode in group.values() for m in by_mode}, key=mode_rank)
-    touched = [it for i, it in enumerate(iterations) if i < scenario.touched]
-    untouched = [it for it in iterations if it not in touched]
-    ref_mode = reference_mode()
-    vs = f"vs {ref_mode}" if ref_mode else "vs ref."
-    mw = max([4, *(len(m) for m in modes)])
-
-    def value(it: str, mode: str) -> float:
-        r = group[it].get(mode)
-        v = r.statistics.first_call_ms if r else None
-        return float(v) if v is not None else float("nan")
-
-    def values(its: Sequence[str], mode: str) -> list[float]:
-        return [v for v in (value(it, mode) for it in its) if np.isfinite(v)]
-
-    def phase(its: Sequence[str], mode: str) -> float:
-        vals = values(its, mode)
-        return float(np.median(vals)) if vals else float("nan")
-
-    lines = [f"{scenario.title}: {SCOPE_TEXT.get(scope, scope)} of each iteration"]
-    head = f"{'mode':<{mw}}  " + " ".join(f"{it:>7}" for it in touched)
-    head += " |" + " ".join(f"{it:>7}" for it in untouched)
-    head += f"  {'median, CPU wrote':>17}  {vs:>9}  {'median, GPU only':>16}  {vs:>9}"
-    lines.append("  " + head)
-    t_med = {m: phase(touched, m) for m in modes}
-    u_med = {m: phase(untouched, m) for m in modes}
-    for mode in modes:
-        line = f"{mode:<{mw}}  " + " ".join(f"{_ms(value(it, mode)):>7}" for it in touched)
-        line += " |" + " ".join(f"{_ms(value(it, mode)):>7}" for it in untouched)
-        line += f"  {_ms(t_med[mode]):>17}  {_ratio(t_med[mode], t_med.get(ref_mode or '')):>9}"
-        line += f"  {_ms(u_med[mode]):>16}  {_ratio(u_med[mode], u_med.get(ref_mode or '')):>9}"
-        lines.append("  " + line)
-    if len(modes) < 2:
-        lines.append(f"  only {modes[0]} ran" if modes else "  nothing ran")
+    s = _Series.of(group, scenario.touched)
+    lines = _series_lines(s, scenario.title, scope)
+    if len(s.modes) < 2:
+        lines.append(f"  only {s.modes[0]} ran" if s.modes else "  nothing ran")
         return lines
-    touches = [TouchCost(m, tuple(values(touched, m)), tuple(values(untouched, m))) for m in modes]
-    for its, what, cost in (
-        (touched, f"after a CPU write (iterations {_span(touched)})", touches),
-        (untouched, f"GPU only (iterations {_span(untouched)})", []),
-    ):
-        if not its:
-            continue
-        measured = [Measured.from_samples(m, values(its, m)) for m in modes]
-        advice = advise_one(test, f"{scenario.name}, {what}", scope, measured, facts, touches=cost)
-        lines.append(f"  wins {what}: {wins(advice)}")
-        lines.extend(_advice_block(f"advice {what}", advice))
-    return lines
+    return lines + _series_advice(s, scenario, scope, facts, test)
 
 
 def _span(its: Sequence[str]) -> str:

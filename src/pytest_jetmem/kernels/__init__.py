@@ -42,27 +42,37 @@ def stream_grid(n: int, sm_count: int) -> int:
 
 def conv2d(jm: KernelHost, image: Buffer, kernel: Buffer, out: Buffer) -> None:
     """Queue ``out = conv2d_replicate(image, kernel)``; image and out are (height, width) float32."""
-    shape, kshape = image.shape, kernel.shape
-    if (
-        image.dtype is not _F32
-        or kernel.dtype is not _F32
-        or out.dtype is not _F32
-        or len(shape) != 2
-        or len(kshape) != 2
-        or out.shape != shape
-        or not kshape[0] & kshape[1] & 1
-    ):  # the common case in one test (a launch's host cost counts); the messages below
-        _expect(image, 2, _F32, "image")
-        _expect(kernel, 2, _F32, "kernel")
-        _expect(out, 2, _F32, "out")
-        if kshape[0] % 2 == 0 or kshape[1] % 2 == 0:
-            raise ValueError(f"conv2d: kernel sizes must be odd, got {kernel.shape}")
-        if out.shape != shape:
-            raise ValueError(f"conv2d: out shape {out.shape} differs from image shape {image.shape}")
-    h, w = shape
-    kh, kw = kshape
+    if not _conv2d_fits(image, kernel, out):  # the common case in one test (a launch's host cost counts)
+        _conv2d_check(image, kernel, out)
+    h, w = image.shape
+    kh, kw = kernel.shape
     grid = ((w + CONV_BLOCK[0] - 1) // CONV_BLOCK[0], (h + CONV_BLOCK[1] - 1) // CONV_BLOCK[1])
     jm.kernel("conv2d_replicate").launch(grid, CONV_BLOCK, (image, out, kernel, w, h, kw, kh))
+
+
+def _conv2d_fits(image: Buffer, kernel: Buffer, out: Buffer) -> bool:
+    """Whether :func:`conv2d` takes these buffers: float32, two dimensions, odd kernel sizes, out shaped as image."""
+    shape, kshape = image.shape, kernel.shape
+    return (
+        image.dtype is _F32
+        and kernel.dtype is _F32
+        and out.dtype is _F32
+        and len(shape) == 2
+        and len(kshape) == 2
+        and out.shape == shape
+        and bool(kshape[0] & kshape[1] & 1)
+    )
+
+
+def _conv2d_check(image: Buffer, kernel: Buffer, out: Buffer) -> None:
+    """Raise what is wrong with buffers :func:`_conv2d_fits` refused (TypeError for a dtype, else ValueError)."""
+    _expect(image, 2, _F32, "image")
+    _expect(kernel, 2, _F32, "kernel")
+    _expect(out, 2, _F32, "out")
+    if kernel.shape[0] % 2 == 0 or kernel.shape[1] % 2 == 0:
+        raise ValueError(f"conv2d: kernel sizes must be odd, got {kernel.shape}")
+    if out.shape != image.shape:
+        raise ValueError(f"conv2d: out shape {out.shape} differs from image shape {image.shape}")
 
 
 def matmul(jm: KernelHost, a: Buffer, b: Buffer, c: Buffer) -> None:

@@ -5,22 +5,45 @@ from __future__ import annotations
 import numpy as np
 
 
+#: Kernels of more taps than this are convolved by FFT (float64, error far below float32's), fewer by direct sums.
+DIRECT_TAPS = 121
+
+
 def conv2d_replicate(image: np.ndarray, kernel: np.ndarray) -> np.ndarray:
-    """2D convolution with a replicate border: ``scipy.ndimage.convolve(image, kernel, mode="nearest")``."""
+    """2D convolution with a replicate border: ``scipy.ndimage.convolve(image, kernel, mode="nearest")``.
+
+    The sums are taken in float64 and rounded to float32: directly for kernels of up to :data:`DIRECT_TAPS` taps
+    (11x11), by FFT for larger ones (a 45x45 kernel over 640x480 in milliseconds rather than a third of a second;
+    FFT's float64 error, about 1e-13 of the result, is lost in the rounding to float32).
+    """
     image = np.asarray(image, dtype=np.float32)
     kernel = np.asarray(kernel, dtype=np.float32)
     kh, kw = kernel.shape
     if kh % 2 == 0 or kw % 2 == 0:
         raise ValueError(f"kernel: expected odd sizes, got {kernel.shape}")
-    ry, rx = kh // 2, kw // 2
-    padded = np.pad(image.astype(np.float64), ((ry, ry), (rx, rx)), mode="edge")
+    padded = np.pad(image.astype(np.float64), ((kh // 2, kh // 2), (kw // 2, kw // 2)), mode="edge")
+    sums = _direct(padded, kernel, image.shape) if kh * kw <= DIRECT_TAPS else _by_fft(padded, kernel, image.shape)
+    return sums.astype(np.float32)
+
+
+def _direct(padded: np.ndarray, kernel: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """The convolution's float64 sums, tap by tap (``padded``: the image with its replicate border)."""
     flipped = kernel[::-1, ::-1].astype(np.float64)
-    h, w = image.shape
+    h, w = shape
     out = np.zeros((h, w), dtype=np.float64)
-    for j in range(kh):
-        for i in range(kw):
+    for j in range(kernel.shape[0]):
+        for i in range(kernel.shape[1]):
             out += flipped[j, i] * padded[j : j + h, i : i + w]
-    return out.astype(np.float32)
+    return out
+
+
+def _by_fft(padded: np.ndarray, kernel: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """The same sums by FFT: the full linear convolution of ``padded`` and ``kernel``, cut to the image."""
+    kh, kw = kernel.shape
+    size = (padded.shape[0] + kh - 1, padded.shape[1] + kw - 1)
+    full = np.fft.irfft2(np.fft.rfft2(padded, size) * np.fft.rfft2(kernel.astype(np.float64), size), size)
+    h, w = shape
+    return np.asarray(full[kh - 1 : kh - 1 + h, kw - 1 : kw - 1 + w])
 
 
 def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:

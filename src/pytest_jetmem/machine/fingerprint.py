@@ -8,9 +8,9 @@ bind mounts, say) is recorded as unknown, never guessed, and a comparison names 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, cast
 
 from pytest_jetmem.cuda.device import DeviceInfo
 from pytest_jetmem.machine.jetson import JetsonState, for_device
@@ -36,6 +36,61 @@ JETSON_SOURCES: dict[str, str] = {
 }
 
 
+# Field checks for Machine: each takes the field's label and value, raises ValueError naming both where the value
+# does not fit, and returns the value as stored.
+
+
+def _unknown_sources(what: str, value: Any) -> tuple[str, ...]:
+    """A list of JETSON_SOURCES names, stored as a tuple."""
+    ok = isinstance(value, (list, tuple)) and all(v in JETSON_SOURCES for v in value)
+    expect(ok, what, value, f"a list of {', '.join(JETSON_SOURCES)}")
+    return tuple(value)
+
+
+def _non_empty_str(what: str, value: Any) -> str:
+    """A non-empty str."""
+    expect(isinstance(value, str) and value != "", what, value, "a non-empty str")
+    return cast(str, value)
+
+
+def _int(what: str, value: Any) -> int:
+    """An int (an integral number is stored as int)."""
+    expect(is_int(value), what, value, "an int")
+    return int(value)
+
+
+def _int_or_none(what: str, value: Any) -> int | None:
+    """An int or None."""
+    expect(value is None or is_int(value), what, value, "an int or None")
+    return None if value is None else int(value)
+
+
+def _bool_or_none(what: str, value: Any) -> bool | None:
+    """A bool or None."""
+    expect(value is None or isinstance(value, bool), what, value, "bool or None")
+    return cast("bool | None", value)
+
+
+def _str_or_none(what: str, value: Any) -> str | None:
+    """A str or None."""
+    expect(value is None or isinstance(value, str), what, value, "a str or None")
+    return cast("str | None", value)
+
+
+_FIELD_CHECKS: dict[str, Callable[[str, Any], Any]] = {
+    "unknown": _unknown_sources,
+    "device_name": _non_empty_str,
+    "compute_capability": _non_empty_str,
+    "driver_version": _int,
+    "clocks_locked": _bool_or_none,
+}
+
+
+def _field_check(name: str) -> Callable[[str, Any], Any]:
+    """The check of the Machine field ``name``: frequencies (``*_hz``) are ints or None, the rest strs or None."""
+    return _FIELD_CHECKS.get(name) or (_int_or_none if name.endswith("_hz") else _str_or_none)
+
+
 @dataclass(frozen=True)
 class Machine:
     """The machine a baseline was measured on. ``None`` means not known or not applicable (no Jetson)."""
@@ -56,24 +111,7 @@ class Machine:
 
     def __post_init__(self) -> None:
         for f in fields(self):
-            value = getattr(self, f.name)
-            if f.name == "unknown":
-                ok = isinstance(value, (list, tuple)) and all(v in JETSON_SOURCES for v in value)
-                expect(ok, "machine.unknown", value, f"a list of {', '.join(JETSON_SOURCES)}")
-                object.__setattr__(self, f.name, tuple(value))
-            elif f.name in ("device_name", "compute_capability"):
-                expect(isinstance(value, str) and value != "", f"machine.{f.name}", value, "a non-empty str")
-            elif f.name == "driver_version":
-                expect(is_int(value), "machine.driver_version", value, "an int")
-                object.__setattr__(self, f.name, int(value))
-            elif f.name.endswith("_hz"):
-                expect(value is None or is_int(value), f"machine.{f.name}", value, "an int or None")
-                if value is not None:
-                    object.__setattr__(self, f.name, int(value))
-            elif f.name == "clocks_locked":
-                expect(value is None or isinstance(value, bool), "machine.clocks_locked", value, "bool or None")
-            else:
-                expect(value is None or isinstance(value, str), f"machine.{f.name}", value, "a str or None")
+            object.__setattr__(self, f.name, _field_check(f.name)(f"machine.{f.name}", getattr(self, f.name)))
 
     def to_dict(self) -> dict[str, Any]:
         """Plain dict of every field (JSON-ready)."""

@@ -4,7 +4,9 @@
 the EMC clock where one is readable, thermal zones and throttling indicators under a root directory
 (``/`` by default; tests point it at recorded trees). Every source is optional: a missing,
 unreadable or garbled file gives ``None`` (or an empty collection), never an exception.
-:func:`timing_warnings` turns one or two snapshots (before and after a timing) into plain warnings.
+:func:`timing_warnings` (from :mod:`pytest_jetmem.machine.jetson_warnings`, re-exported here) turns one
+or two snapshots (before and after a timing) into plain warnings; :class:`JetsonState` lives in
+:mod:`pytest_jetmem.machine.jetson_state`.
 
 Files read, relative to ``root`` (the sources each fact was taken from are cited beside the code):
 
@@ -28,12 +30,12 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from pytest_jetmem.cuda.driver import ClockState
+from pytest_jetmem.machine.jetson_state import JetsonState, mhz
+from pytest_jetmem.machine.jetson_warnings import timing_warnings
 
 __all__ = ["CHIP_NAMES", "JetsonState", "for_device", "read_jetson_state", "read_jetson_state_for", "timing_warnings"]
 
@@ -56,66 +58,6 @@ _NO_CAP = 2_147_483_647
 # jetson-stats (jtop/core/temperature.py) treats -256 C as "sensor offline"; Orin's cv*-thermal
 # zones read -256000 when the engine is power-gated.
 _OFFLINE_TEMP_C = -256.0
-
-
-@dataclass(frozen=True)
-class JetsonState:
-    """A snapshot of the power state of a Jetson; every field is ``None`` where it was unreadable.
-
-    ``clocks_locked`` is True when the GPU clock is pinned: ``min_freq == max_freq`` (what
-    ``jetson_clocks`` does: it copies ``max_freq`` into ``min_freq``, so under a capped power mode
-    it pins the mode's ceiling, not the chip's highest frequency) or the devfreq governor is
-    ``performance`` (which always runs at ``max_freq``).
-    ``throttled`` is True when an active throttle alert, a thermal cap on the GPU devfreq, or a GPU
-    ``max_freq`` below what the power mode allows is seen; False when such indicators were read and
-    none fired; None when none could be read. ``throttle_reasons`` names what fired.
-    ``oc_event_counts`` are cumulative since boot: compare two snapshots (see :func:`timing_warnings`).
-    """
-
-    is_jetson: bool = False
-    model: str | None = None
-    chip: str | None = None
-    chip_id: int | None = None
-    l4t_release: str | None = None
-    nvpmodel_id: int | None = None
-    nvpmodel_name: str | None = None
-    nvpmodel_default_id: int | None = None
-    nvpmodel_gpu_max_freq_hz: int | None = None
-    gpu_devfreq_node: str | None = None
-    gpu_cur_freq_hz: int | None = None
-    gpu_min_freq_hz: int | None = None
-    gpu_max_freq_hz: int | None = None
-    gpu_available_freqs_hz: tuple[int, ...] | None = None
-    gpu_governor: str | None = None
-    emc_freq_hz: int | None = None
-    clocks_locked: bool | None = None
-    thermal: dict[str, float] = field(default_factory=dict)
-    throttled: bool | None = None
-    throttle_reasons: tuple[str, ...] = ()
-    oc_event_counts: dict[str, int] = field(default_factory=dict)
-
-    @property
-    def gpu_highest_freq_hz(self) -> int | None:
-        """The chip's highest GPU frequency (the top of ``available_frequencies``)."""
-        return max(self.gpu_available_freqs_hz) if self.gpu_available_freqs_hz else None
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict (tuples become lists)."""
-        out = asdict(self)
-        for key, value in out.items():
-            if isinstance(value, tuple):
-                out[key] = list(value)
-        return out
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> JetsonState:
-        """Rebuild a state from :meth:`to_dict` output; unknown keys are ignored."""
-        known = {f.name for f in fields(cls)}
-        kwargs = {k: v for k, v in data.items() if k in known}
-        for key in ("gpu_available_freqs_hz", "throttle_reasons"):
-            if kwargs.get(key) is not None:
-                kwargs[key] = tuple(kwargs[key])
-        return cls(**kwargs)
 
 
 # --------------------------------------------------------------------------- file helpers
@@ -261,6 +203,11 @@ def _read_nvpmodel(root: Path) -> tuple[int | None, str | None, int | None, int 
     return mode_id, name, conf.default_id, gpu_cap
 
 
+def _real_cap(gpu_cap: int | None) -> int | None:
+    """The power mode's GPU MAX_FREQ where it caps the GPU (None for -1, huge or missing)."""
+    return gpu_cap if gpu_cap is not None and 0 < gpu_cap < _NO_CAP else None
+
+
 # --------------------------------------------------------------------------- GPU devfreq
 
 # How the GPU's devfreq node is found under /sys/class/devfreq (first rule that matches wins,
@@ -322,6 +269,38 @@ def _clocks_locked(min_hz: int | None, max_hz: int | None, governor: str | None)
     if min_hz is None or max_hz is None:
         return None
     return min_hz == max_hz
+
+
+@dataclass(frozen=True)
+class _Devfreq:
+    """What the GPU devfreq node says; every field None where the node or the file is missing."""
+
+    node: str | None = None
+    cur: int | None = None
+    lo: int | None = None
+    hi: int | None = None
+    avail: tuple[int, ...] | None = None
+    governor: str | None = None
+
+
+def _read_governor(node: Path) -> str | None:
+    """The devfreq governor's name, or None where it is missing or not one word."""
+    governor = _read_str(node / "governor")
+    return governor if governor is not None and _GOVERNOR_RE.match(governor) else None
+
+
+def _read_devfreq(node: Path | None) -> _Devfreq:
+    """The GPU devfreq node's clocks and governor (an empty record without a node)."""
+    if node is None:
+        return _Devfreq()
+    return _Devfreq(
+        node=node.name,
+        cur=_read_int(node / "cur_freq"),
+        lo=_read_int(node / "min_freq"),
+        hi=_read_int(node / "max_freq"),
+        avail=_read_freq_list(node / "available_frequencies"),
+        governor=_read_governor(node),
+    )
 
 
 # --------------------------------------------------------------------------- EMC
@@ -428,6 +407,39 @@ def _read_oc_events(root: Path) -> dict[str, int]:
     return out
 
 
+def _mode_allowed_freq(gpu: _Devfreq, gpu_cap: int | None) -> int | None:
+    """The highest available GPU frequency the power mode allows, or None where it cannot be told.
+
+    devfreq rounds a cap down to an available frequency, so this is the highest available frequency under the
+    mode's GPU MAX_FREQ (-1 or huge: no cap).
+    """
+    if gpu.hi is None or not gpu.avail or gpu_cap is None:
+        return None
+    cap = gpu_cap if 0 < gpu_cap < _NO_CAP else max(gpu.avail)
+    return max((f for f in gpu.avail if f <= cap), default=None)
+
+
+def _mode_cap_reason(gpu: _Devfreq, allowed: int, mode: str) -> str | None:
+    """A throttle reason when the GPU ceiling is below what the power mode allows, else None."""
+    if gpu.hi is None or gpu.hi >= allowed:
+        return None
+    return f"GPU max_freq {mhz(gpu.hi)} MHz is below the {mhz(allowed)} MHz power mode {mode} allows"
+
+
+def _throttling(root: Path, gpu: _Devfreq, gpu_cap: int | None, mode: str) -> tuple[bool | None, tuple[str, ...]]:
+    """(throttled, reasons): cooling alerts, plus a GPU ceiling below the power mode's (see :class:`JetsonState`).
+
+    A GPU ceiling below what the power mode allows means something else (thermal, a manual write) capped it.
+    """
+    reasons, seen = _read_cooling(root, gpu.node)
+    allowed = _mode_allowed_freq(gpu, gpu_cap)
+    if allowed is not None:
+        seen = True
+        reason = _mode_cap_reason(gpu, allowed, mode)
+        reasons += [reason] if reason else []
+    return (bool(reasons) if seen or reasons else None), tuple(reasons)
+
+
 def sysroot() -> str:
     """Where the Jetson files are read from: ``/``, or ``$JETMEM_SYSROOT`` (recorded trees in tests)."""
     return os.environ.get("JETMEM_SYSROOT") or "/"
@@ -465,28 +477,40 @@ def _parse_chip_id(text: str | None) -> int | None:
         return None
 
 
+def _is_tegra_soc(soc: Path) -> bool:
+    """A SoC bus device whose family is Tegra: "Tegra" (upstream) or "tegra186"-style (older L4T kernels).
+
+    Other soc* entries (e.g. Arm SMCCC's jep106 ids) are not.
+    """
+    family = _read_str(soc / "family") if soc.name.startswith("soc") else None
+    return bool(family and family.lower().startswith("tegra"))
+
+
+def _chip_id_from_soc(root: Path) -> int | None:
+    """The first readable chip id of a Tegra SoC bus device, or None."""
+    for soc in filter(_is_tegra_soc, _list_dir(root / "sys/devices")):
+        chip_id = _parse_chip_id(_read_str(soc / "soc_id"))
+        if chip_id is not None:
+            return chip_id
+    return None
+
+
+def _chip_name_from_dt(root: Path) -> str | None:
+    """The chip name from the device tree's ``compatible`` list (``nvidia,tegra234``), or None."""
+    for compat in _read_dt_strings(root / "proc/device-tree/compatible"):
+        m = re.match(r"^nvidia,(tegra\d+)$", compat)
+        if m:
+            return m.group(1)
+    return None
+
+
 def _read_chip(root: Path) -> tuple[int | None, str | None]:
     """(chip id, chip name such as tegra234)."""
     chip_id = _parse_chip_id(_read_str(root / "sys/module/tegra_fuse/parameters/tegra_chip_id"))
     if chip_id is None:
-        # The SoC bus device: family "Tegra" (upstream) or "tegra186"-style (older L4T kernels);
-        # other soc* entries (e.g. Arm SMCCC's jep106 ids) are skipped.
-        for soc in _list_dir(root / "sys/devices"):
-            if not soc.name.startswith("soc"):
-                continue
-            family = _read_str(soc / "family")
-            if family and family.lower().startswith("tegra"):
-                chip_id = _parse_chip_id(_read_str(soc / "soc_id"))
-                if chip_id is not None:
-                    break
+        chip_id = _chip_id_from_soc(root)
     name = CHIP_NAMES.get(chip_id) if chip_id is not None else None
-    if name is None:
-        for compat in _read_dt_strings(root / "proc/device-tree/compatible"):
-            m = re.match(r"^nvidia,(tegra\d+)$", compat)
-            if m:
-                name = m.group(1)
-                break
-    return chip_id, name
+    return chip_id, name or _chip_name_from_dt(root)
 
 
 def _read_model(root: Path) -> str | None:
@@ -524,42 +548,14 @@ def read_jetson_state_for(integrated: bool | None, root: Path | str = Path("/"))
 
 
 def _read_state(root: Path) -> JetsonState:
+    """The whole state under ``root`` (an empty one off a Jetson); :func:`read_jetson_state` catches what it raises."""
     l4t = _read_l4t_release(root)
     chip_id, chip = _read_chip(root)
     if l4t is None and chip is None:
         return JetsonState()
-
     mode_id, mode_name, default_id, gpu_cap = _read_nvpmodel(root)
-
-    node = _find_gpu_devfreq(root)
-    cur = lo = hi = None
-    avail: tuple[int, ...] | None = None
-    governor = None
-    if node is not None:
-        cur = _read_int(node / "cur_freq")
-        lo = _read_int(node / "min_freq")
-        hi = _read_int(node / "max_freq")
-        avail = _read_freq_list(node / "available_frequencies")
-        governor = _read_str(node / "governor")
-        if governor is not None and not _GOVERNOR_RE.match(governor):
-            governor = None
-
-    reasons, seen = _read_cooling(root, node.name if node else None)
-    # A GPU ceiling below what the power mode allows means something else (thermal, a manual
-    # write) capped it. devfreq rounds a cap down to an available frequency, so compare with the
-    # highest available frequency under the mode's GPU MAX_FREQ (-1 or huge: no cap).
-    if hi is not None and avail and gpu_cap is not None:
-        cap = gpu_cap if 0 < gpu_cap < _NO_CAP else max(avail)
-        allowed = max((f for f in avail if f <= cap), default=None)
-        if allowed is not None:
-            seen = True
-            if hi < allowed:
-                reasons.append(
-                    f"GPU max_freq {_mhz(hi)} MHz is below the {_mhz(allowed)} MHz power mode "
-                    f"{mode_name or mode_id} allows"
-                )
-    throttled = bool(reasons) if seen or reasons else None
-
+    gpu = _read_devfreq(_find_gpu_devfreq(root))
+    throttled, reasons = _throttling(root, gpu, gpu_cap, f"{mode_name or mode_id}")
     return JetsonState(
         is_jetson=True,
         model=_read_model(root),
@@ -569,100 +565,17 @@ def _read_state(root: Path) -> JetsonState:
         nvpmodel_id=mode_id,
         nvpmodel_name=mode_name,
         nvpmodel_default_id=default_id,
-        nvpmodel_gpu_max_freq_hz=gpu_cap if gpu_cap is not None and 0 < gpu_cap < _NO_CAP else None,
-        gpu_devfreq_node=node.name if node else None,
-        gpu_cur_freq_hz=cur,
-        gpu_min_freq_hz=lo,
-        gpu_max_freq_hz=hi,
-        gpu_available_freqs_hz=avail,
-        gpu_governor=governor,
+        nvpmodel_gpu_max_freq_hz=_real_cap(gpu_cap),
+        gpu_devfreq_node=gpu.node,
+        gpu_cur_freq_hz=gpu.cur,
+        gpu_min_freq_hz=gpu.lo,
+        gpu_max_freq_hz=gpu.hi,
+        gpu_available_freqs_hz=gpu.avail,
+        gpu_governor=gpu.governor,
         emc_freq_hz=_read_emc(root),
-        clocks_locked=_clocks_locked(lo, hi, governor),
+        clocks_locked=_clocks_locked(gpu.lo, gpu.hi, gpu.governor),
         thermal=_read_thermal(root),
         throttled=throttled,
-        throttle_reasons=tuple(reasons),
+        throttle_reasons=reasons,
         oc_event_counts=_read_oc_events(root),
     )
-
-
-def _mhz(hz: int) -> int:
-    return hz // 1_000_000
-
-
-def _mode(state: JetsonState) -> str:
-    if state.nvpmodel_name and state.nvpmodel_id is not None:
-        return f"{state.nvpmodel_name} (mode {state.nvpmodel_id})"
-    if state.nvpmodel_id is not None:
-        return f"mode {state.nvpmodel_id}"
-    return "unknown"
-
-
-_LOCK_HINT = "lock clocks with `sudo jetson_clocks` for stable figures"
-
-
-def timing_warnings(before: JetsonState, after: JetsonState | None = None) -> list[str]:
-    """Warnings about a timing taken between ``before`` and ``after`` (each may be the only one).
-
-    Empty when neither snapshot is of a Jetson. Each warning is one sentence that says what was
-    seen and what to do.
-    """
-    states = [s for s in (before, after) if s is not None and s.is_jetson]
-    if not states:
-        return []
-    out: list[str] = []
-
-    def add(msg: str) -> None:
-        if msg not in out:
-            out.append(msg)
-
-    for s in states:
-        if s.gpu_devfreq_node is None:
-            add("the GPU clock (devfreq) could not be read: timings cannot be checked for clock changes")
-            continue
-        ceiling = s.gpu_max_freq_hz
-        if s.gpu_cur_freq_hz is not None and ceiling is not None and s.gpu_cur_freq_hz < ceiling:
-            add(
-                f"GPU clock was {_mhz(s.gpu_cur_freq_hz)} MHz, below its maximum {_mhz(ceiling)} MHz, "
-                f"during timing: {_LOCK_HINT}"
-            )
-        if s.clocks_locked is False:
-            add(f"clocks are not locked (governor {s.gpu_governor or 'unknown'}): {_LOCK_HINT}")
-        highest = s.gpu_highest_freq_hz
-        if s.nvpmodel_gpu_max_freq_hz is not None and highest is not None and s.nvpmodel_gpu_max_freq_hz < highest:
-            add(
-                f"power mode {_mode(s)} caps the GPU at {_mhz(s.nvpmodel_gpu_max_freq_hz)} MHz "
-                f"(the chip's highest is {_mhz(highest)} MHz): figures hold for this mode only; "
-                "`sudo nvpmodel -m <id>` selects another"
-            )
-        if s.throttled:
-            add(
-                f"throttling was active during timing ({', '.join(s.throttle_reasons)}): "
-                "figures are slower than the clocks suggest; let the board cool or improve cooling"
-            )
-
-    if after is not None and before.is_jetson and after.is_jetson:
-        if before.nvpmodel_id != after.nvpmodel_id:
-            add(f"power mode changed during timing: {_mode(before)} -> {_mode(after)}")
-        b, a = before.gpu_cur_freq_hz, after.gpu_cur_freq_hz
-        if b is not None and a is not None and b != a:
-            add(f"GPU clock changed during timing: {_mhz(b)} MHz -> {_mhz(a)} MHz")
-        b, a = before.gpu_max_freq_hz, after.gpu_max_freq_hz
-        if b is not None and a is not None and a < b:
-            add(f"GPU maximum clock dropped during timing: {_mhz(b)} MHz -> {_mhz(a)} MHz (throttling?)")
-        if before.clocks_locked is True and after.clocks_locked is False:
-            add("GPU clocks were unlocked during timing")
-        b, a = before.emc_freq_hz, after.emc_freq_hz
-        if b is not None and a is not None and b != a:
-            add(f"EMC (memory) clock changed during timing: {_mhz(b)} MHz -> {_mhz(a)} MHz")
-        deltas = {
-            k: after.oc_event_counts[k] - v
-            for k, v in before.oc_event_counts.items()
-            if k in after.oc_event_counts and after.oc_event_counts[k] > v
-        }
-        if deltas:
-            counts = ", ".join(f"{k} +{d}" for k, d in sorted(deltas.items()))
-            add(
-                f"over-current throttling events during timing ({counts}): the power supply or the "
-                "power mode's budget slowed the SoC"
-            )
-    return out

@@ -58,6 +58,7 @@ from typing import Any
 from pytest_jetmem.atomic import write_atomic
 from pytest_jetmem.errors import BaselineError, BaselineErrorKind, BaselineExists, BaselineNotFound
 from pytest_jetmem.machine.fingerprint import FINGERPRINT_FIELDS, Machine
+from pytest_jetmem.measure.defaults import WINDOW_SESSIONS  # re-exported: the default is written there
 from pytest_jetmem.measure.stats import Summary, summarize
 from pytest_jetmem.validate import expect, is_int, is_number
 
@@ -70,6 +71,7 @@ __all__ = [
     "FINGERPRINT_FIELDS",
     "FORMAT",
     "VERSION",
+    "WINDOW_SESSIONS",
     "Baseline",
     "BaselineError",
     "BaselineErrorKind",
@@ -93,6 +95,21 @@ SLASH = "%2F"
 NAME_RULES = (
     "1-100 letters, digits, '.', '_' or '-', with '/' between parts (feature/foo); no part empty or starting with '.'"
 )
+
+
+def _is_duration(v: Any) -> bool:
+    """A finite number of milliseconds >= 0 (not a bool)."""
+    return is_number(v) and math.isfinite(v) and v >= 0
+
+
+def _durations(raw: Any, name: str, non_empty: str) -> tuple[float, ...]:
+    """``raw`` (a sequence, or an array with ``tolist``) as durations in ms; ValueError naming ``name`` where it is
+    empty (``non_empty`` says what was expected) or holds anything but finite numbers >= 0."""
+    values = raw.tolist() if hasattr(raw, "tolist") else list(raw)
+    expect(len(values) > 0, name, values, non_empty)
+    for v in values:
+        expect(_is_duration(v), name, v, "finite durations >= 0")
+    return tuple(float(v) for v in values)
 
 
 def entry_key(nodeid: str, mode: str, scope: str) -> str:
@@ -124,32 +141,26 @@ class Entry:
         expect(self.unit == "ms", "unit", self.unit, "'ms'")
         raw = self.samples
         expect(isinstance(raw, (list, tuple)) or hasattr(raw, "tolist"), "samples", raw, "a list of numbers")
-        values = raw.tolist() if hasattr(raw, "tolist") else list(raw)
-        expect(len(values) > 0, "samples", values, "at least one sample")
-        for v in values:
-            expect(is_number(v) and math.isfinite(v) and v >= 0, "samples", v, "finite durations >= 0")
-        object.__setattr__(self, "samples", tuple(float(v) for v in values))
-        runs = []
-        for run in self.runs:
-            vals = run.tolist() if hasattr(run, "tolist") else list(run)
-            expect(len(vals) > 0, "runs", vals, "non-empty lists of samples")
-            for v in vals:
-                expect(is_number(v) and math.isfinite(v) and v >= 0, "runs", v, "finite durations >= 0")
-            runs.append(tuple(float(v) for v in vals))
-        object.__setattr__(self, "runs", tuple(runs))
-        sessions = tuple(self.run_sessions)
-        if sessions:
-            expect(all(isinstance(s, str) and s for s in sessions), "run_sessions", sessions, "non-empty strs")
-            n_runs = len(self.run_samples)
-            expect(len(sessions) == n_runs, "run_sessions", sessions, f"one session per run ({n_runs})")
-        object.__setattr__(self, "run_sessions", sessions)
+        object.__setattr__(self, "samples", _durations(raw, "samples", "at least one sample"))
+        runs = tuple(_durations(run, "runs", "non-empty lists of samples") for run in self.runs)
+        object.__setattr__(self, "runs", runs)
+        object.__setattr__(self, "run_sessions", self._checked_sessions())
         if self.sm_mhz is not None:
             expect(is_number(self.sm_mhz) and self.sm_mhz > 0, "sm_mhz", self.sm_mhz, "a clock in MHz or None")
             object.__setattr__(self, "sm_mhz", float(self.sm_mhz))
         fc = self.first_call_ms
         if fc is not None:
-            expect(is_number(fc) and math.isfinite(fc) and fc >= 0, "first_call_ms", fc, "a duration or None")
+            expect(_is_duration(fc), "first_call_ms", fc, "a duration or None")
             object.__setattr__(self, "first_call_ms", float(fc))
+
+    def _checked_sessions(self) -> tuple[str, ...]:
+        """:attr:`run_sessions` as a tuple: none, or one non-empty session id per run."""
+        sessions = tuple(self.run_sessions)
+        if sessions:
+            expect(all(isinstance(s, str) and s for s in sessions), "run_sessions", sessions, "non-empty strs")
+            n_runs = len(self.run_samples)
+            expect(len(sessions) == n_runs, "run_sessions", sessions, f"one session per run ({n_runs})")
+        return sessions
 
     @property
     def key(self) -> str:
@@ -245,6 +256,23 @@ def _utc_now() -> str:
 
 def _parse(doc: Any, name: str, path: Path) -> Baseline:
     """Validate a decoded baseline document; BaselineError naming ``path`` and the problem."""
+    _check_format(doc, path)
+    try:
+        for key in ("created", "session"):
+            expect(isinstance(doc.get(key), str) and doc[key] != "", key, doc.get(key), "a non-empty str")
+        if "machine" not in doc:
+            raise ValueError("missing 'machine'")
+        machine = Machine.from_dict(doc["machine"])
+        entries = _entries(doc.get("entries"))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise BaselineError(path, f"malformed baseline: {exc}") from exc
+    return Baseline(
+        name=name, created=doc["created"], session=doc["session"], machine=machine, entries=entries, path=path
+    )
+
+
+def _check_format(doc: Any, path: Path) -> None:
+    """BaselineError unless ``doc`` is an object of this format and version."""
     if not isinstance(doc, dict):
         raise BaselineError(path, f"not a pytest-jetmem baseline (top level is a JSON {type(doc).__name__})")
     fmt = doc.get("format")
@@ -257,26 +285,18 @@ def _parse(doc: Any, name: str, path: Path) -> Baseline:
             f"unsupported baseline format version {version!r} (this pytest-jetmem reads version {VERSION}); "
             "use a matching pytest-jetmem or save the baseline again",
         )
-    try:
-        for key in ("created", "session"):
-            expect(isinstance(doc.get(key), str) and doc[key] != "", key, doc.get(key), "a non-empty str")
-        if "machine" not in doc:
-            raise ValueError("missing 'machine'")
-        machine = Machine.from_dict(doc["machine"])
-        raw_entries = doc.get("entries")
-        expect(isinstance(raw_entries, dict), "entries", type(raw_entries).__name__, "an object")
-        assert isinstance(raw_entries, dict)
-        entries: dict[str, Entry] = {}
-        for key, raw in raw_entries.items():
-            try:
-                entries[key] = Entry.from_dict(raw)
-            except (KeyError, TypeError, ValueError) as exc:
-                raise ValueError(f"entries[{key!r}]: {exc}") from exc
-    except (KeyError, TypeError, ValueError) as exc:
-        raise BaselineError(path, f"malformed baseline: {exc}") from exc
-    return Baseline(
-        name=name, created=doc["created"], session=doc["session"], machine=machine, entries=entries, path=path
-    )
+
+
+def _entries(raw_entries: Any) -> dict[str, Entry]:
+    """The ``"entries"`` object's entries; ValueError naming the entry that is malformed."""
+    expect(isinstance(raw_entries, dict), "entries", type(raw_entries).__name__, "an object")
+    entries: dict[str, Entry] = {}
+    for key, raw in raw_entries.items():
+        try:
+            entries[key] = Entry.from_dict(raw)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"entries[{key!r}]: {exc}") from exc
+    return entries
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
@@ -287,9 +307,8 @@ def _atomic_write(path: Path, data: bytes) -> None:
         raise BaselineError(path, f"cannot write: {exc}", BaselineErrorKind.CANNOT_WRITE) from exc
 
 
+#: Runs an entry keeps at most (the newest), whatever the window.
 MAX_RUNS = 50
-#: Sessions a baseline keeps by default when sessions are appended (the newest; a rolling window).
-WINDOW_SESSIONS = 10
 
 
 def _append_runs(old: Entry, new: Entry, old_session: str, new_session: str, window: int) -> Entry:
@@ -422,19 +441,27 @@ class BaselineStore:
         session), so a baseline holds the spread between sessions.
         Safe across processes.
         """
-        path = self.path(name)
-        if not isinstance(machine, Machine):
-            raise TypeError(f"machine must be a Machine, got {type(machine).__name__}")
-        if not isinstance(session, str) or not session:
-            raise ValueError(f"session must be a non-empty str, got {session!r}")
-        new: dict[str, Entry] = {}
-        for key, value in entries.items():
-            if not isinstance(key, str) or not key:
-                raise ValueError(f"entry keys must be non-empty str, got {key!r}")
-            try:
-                new[key] = value if isinstance(value, Entry) else Entry.from_dict(value)
-            except (KeyError, TypeError, ValueError) as exc:
-                raise ValueError(f"entry {key!r}: {exc}") from exc
+        saving = _Saving(name, self.path(name), machine, session, _checked_entries(machine, session, entries), window)
+        self._make_directory(saving.path)
+        with self._locked(saving.path):
+            existing, unreadable = self._existing(saving.path, name)
+            if unreadable is not None and not overwrite:
+                raise BaselineError(
+                    saving.path,
+                    f"cannot add to it ({unreadable.reason}); pass overwrite to replace it "
+                    f"(the old file is kept as {saving.prev.name})",
+                    BaselineErrorKind.CANNOT_ADD,
+                ) from unreadable
+            if existing is not None and existing.session == session:
+                baseline = _merge_this_session(existing, saving)
+            elif existing is not None and append:
+                baseline = _append_this_session(existing, saving)
+            else:
+                baseline = _replace(existing, saving, overwrite=overwrite, kept=unreadable is not None)
+            _atomic_write(saving.path, json.dumps(baseline.to_dict(), indent=1, allow_nan=False).encode() + b"\n")
+        return baseline
+
+    def _make_directory(self, path: Path) -> None:
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -442,92 +469,109 @@ class BaselineStore:
                 path, f"cannot create directory {self.directory}: {exc}", BaselineErrorKind.CANNOT_WRITE
             ) from exc
 
-        prev = path.with_name(path.name + ".prev")
-        with self._locked(path):
-            existing: Baseline | None = None
-            unreadable: BaselineError | None = None
-            try:
-                existing = self._read(path, name)
-            except BaselineNotFound:
-                pass
-            except BaselineError as exc:
-                unreadable = exc
+    def _existing(self, path: Path, name: str) -> tuple[Baseline | None, BaselineError | None]:
+        """The baseline in ``path`` (None: no file), or why it cannot be read (None: it can)."""
+        try:
+            return self._read(path, name), None
+        except BaselineNotFound:
+            return None, None
+        except BaselineError as exc:
+            return None, exc
 
-            if unreadable is not None and not overwrite:
-                raise BaselineError(
-                    path,
-                    f"cannot add to it ({unreadable.reason}); pass overwrite to replace it "
-                    f"(the old file is kept as {prev.name})",
-                    BaselineErrorKind.CANNOT_ADD,
-                ) from unreadable
-            if existing is not None and existing.session == session:
-                diffs = existing.machine.mismatches(machine)
-                if diffs:
-                    raise BaselineError(
-                        path,
-                        f"session {session} already saved it from another machine: " + "; ".join(diffs),
-                        BaselineErrorKind.OTHER_MACHINE,
-                    )
-                merged = dict(existing.entries)
-                for key, entry in new.items():  # a key saved again replaces this session's runs, not older ones
-                    old = merged.get(key)
-                    older = _without_session(old, session, existing.session) if old is not None else None
-                    merged[key] = (
-                        entry if older is None else _append_runs(older, entry, existing.session, session, window)
-                    )
-                baseline = Baseline(
-                    name=name,
-                    created=existing.created,
-                    session=session,
-                    machine=existing.machine,
-                    entries=merged,
-                    path=path,
-                )
-            elif existing is not None and append:
-                diffs = existing.machine.mismatches(machine)
-                if diffs:
-                    raise BaselineError(
-                        path,
-                        "cannot append runs from another machine: " + "; ".join(diffs),
-                        BaselineErrorKind.OTHER_MACHINE,
-                    )
-                # every run labelled with its session, so that an xdist worker of this session that saves after
-                # this one replaces only this session's runs
-                merged = {k: _labelled(e, existing.session) for k, e in existing.entries.items()}
-                for key, entry in new.items():
-                    old = merged.get(key)
-                    merged[key] = (
-                        _labelled(entry, session)
-                        if old is None
-                        else _append_runs(old, entry, existing.session, session, window)
-                    )
-                baseline = Baseline(
-                    name=name,
-                    created=existing.created,
-                    session=session,
-                    machine=existing.machine,
-                    entries=merged,
-                    path=path,
-                )
-            else:
-                if existing is not None and not overwrite:
-                    raise BaselineExists(
-                        path,
-                        f"baseline {name!r} exists from another session ({existing.session}, created "
-                        f"{existing.created}); pass overwrite to replace it "
-                        f"(the old file is kept as {prev.name})",
-                    )
-                if existing is not None or unreadable is not None:
-                    try:
-                        kept = path.read_bytes()
-                    except OSError as exc:
-                        raise BaselineError(
-                            path, f"cannot read it to keep a copy: {exc}", BaselineErrorKind.CANNOT_WRITE
-                        ) from exc
-                    _atomic_write(prev, kept)
-                baseline = Baseline(
-                    name=name, created=_utc_now(), session=session, machine=machine, entries=new, path=path
-                )
-            data = json.dumps(baseline.to_dict(), indent=1, allow_nan=False).encode("utf-8") + b"\n"
-            _atomic_write(path, data)
-        return baseline
+
+def _checked_entries(
+    machine: Machine, session: str, entries: Mapping[str, Entry | Mapping[str, Any]]
+) -> dict[str, Entry]:
+    """What :meth:`BaselineStore.save` is given, checked: TypeError / ValueError naming the argument or entry."""
+    if not isinstance(machine, Machine):
+        raise TypeError(f"machine must be a Machine, got {type(machine).__name__}")
+    if not isinstance(session, str) or not session:
+        raise ValueError(f"session must be a non-empty str, got {session!r}")
+    new: dict[str, Entry] = {}
+    for key, value in entries.items():
+        if not isinstance(key, str) or not key:
+            raise ValueError(f"entry keys must be non-empty str, got {key!r}")
+        try:
+            new[key] = value if isinstance(value, Entry) else Entry.from_dict(value)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"entry {key!r}: {exc}") from exc
+    return new
+
+
+@dataclass(frozen=True)
+class _Saving:
+    """One save: the baseline's name and file, and what this session brings to it."""
+
+    name: str
+    path: Path
+    machine: Machine
+    session: str
+    new: dict[str, Entry]
+    window: int
+
+    @property
+    def prev(self) -> Path:
+        """Where a replaced file is kept: ``NAME.json.prev``."""
+        return self.path.with_name(self.path.name + ".prev")
+
+    def baseline(self, created: str, machine: Machine, entries: dict[str, Entry]) -> Baseline:
+        """The baseline this session writes."""
+        return Baseline(
+            name=self.name, created=created, session=self.session, machine=machine, entries=entries, path=self.path
+        )
+
+    def same_machine(self, existing: Baseline, refusal: str) -> None:
+        """BaselineError (``refusal``: the differences) unless ``existing`` comes from this session's machine."""
+        diffs = existing.machine.mismatches(self.machine)
+        if diffs:
+            raise BaselineError(self.path, refusal + "; ".join(diffs), BaselineErrorKind.OTHER_MACHINE)
+
+
+def _merge_this_session(existing: Baseline, saving: _Saving) -> Baseline:
+    """This session saves again (an xdist worker after another): a key saved again replaces this session's runs,
+    not older ones."""
+    saving.same_machine(existing, f"session {saving.session} already saved it from another machine: ")
+    merged = dict(existing.entries)
+    for key, entry in saving.new.items():
+        old = merged.get(key)
+        older = _without_session(old, saving.session, existing.session) if old is not None else None
+        merged[key] = (
+            entry if older is None else _append_runs(older, entry, existing.session, saving.session, saving.window)
+        )
+    return saving.baseline(existing.created, existing.machine, merged)
+
+
+def _append_this_session(existing: Baseline, saving: _Saving) -> Baseline:
+    """Another session's baseline: this session's runs added to it (the newest ``window`` sessions kept)."""
+    saving.same_machine(existing, "cannot append runs from another machine: ")
+    # every run labelled with its session, so that an xdist worker of this session that saves after this one
+    # replaces only this session's runs
+    merged = {k: _labelled(e, existing.session) for k, e in existing.entries.items()}
+    for key, entry in saving.new.items():
+        old = merged.get(key)
+        merged[key] = (
+            _labelled(entry, saving.session)
+            if old is None
+            else _append_runs(old, entry, existing.session, saving.session, saving.window)
+        )
+    return saving.baseline(existing.created, existing.machine, merged)
+
+
+def _replace(existing: Baseline | None, saving: _Saving, *, overwrite: bool, kept: bool) -> Baseline:
+    """A new baseline of this session's entries; another session's file is refused unless ``overwrite``, and
+    then kept as ``NAME.json.prev`` (as is an unreadable one: ``kept``)."""
+    if existing is not None and not overwrite:
+        raise BaselineExists(
+            saving.path,
+            f"baseline {saving.name!r} exists from another session ({existing.session}, created "
+            f"{existing.created}); pass overwrite to replace it (the old file is kept as {saving.prev.name})",
+        )
+    if existing is not None or kept:
+        try:
+            old = saving.path.read_bytes()
+        except OSError as exc:
+            raise BaselineError(
+                saving.path, f"cannot read it to keep a copy: {exc}", BaselineErrorKind.CANNOT_WRITE
+            ) from exc
+        _atomic_write(saving.prev, old)
+    return saving.baseline(_utc_now(), saving.machine, dict(saving.new))

@@ -4,7 +4,9 @@ A change is called only when the ratio of medians is past the threshold *and* st
 noise of the unit that varies: samples (:func:`compare`), runs (:func:`compare_runs`), sessions of a stored
 baseline (:func:`compare_sessions`) or the interleaved rounds of ``--jetmem-against`` (:func:`compare_paired`).
 A ratio past the threshold that is not clear of that noise is AMBIGUOUS, with its reason: reported, and
-failed, warned about or passed as ``--jetmem-ambiguous`` says.
+failed, warned about or passed as ``--jetmem-ambiguous`` says. Data with no interval to test (0 ms medians,
+below the timer's resolution; a side without samples; a single round) gives a verdict too, never an error:
+UNCHANGED within the threshold (both sides 0 ms), else AMBIGUOUS, with the reason.
 """
 
 from __future__ import annotations
@@ -151,6 +153,26 @@ def _as_array(samples: Iterable[float]) -> np.ndarray:
     return np.asarray(arr, dtype=np.float64).reshape(-1)
 
 
+def _durations(samples: Iterable[float], what: str) -> np.ndarray:
+    """``samples`` as a 1-D float64 array (empty allowed); ValueError where one is not a duration (finite, >= 0)."""
+    arr = _as_array(samples)
+    bad = arr[~(np.isfinite(arr) & (arr >= 0))]
+    if bad.size:
+        raise ValueError(f"{what}: {float(bad[0])!r} is not a duration in ms (finite and >= 0)")
+    return arr
+
+
+def _median(arr: np.ndarray) -> float:
+    """The median; NaN for no values."""
+    return float(np.median(arr)) if arr.size else math.nan
+
+
+def _pooled(groups: Iterable[np.ndarray]) -> np.ndarray:
+    """All values of ``groups`` in one array (empty for none)."""
+    arrays = list(groups)
+    return np.concatenate(arrays) if arrays else np.empty(0)
+
+
 def _check_threshold(threshold_pct: float) -> float:
     if isinstance(threshold_pct, bool) or not isinstance(threshold_pct, (int, float, np.integer, np.floating)):
         raise ValueError(f"threshold_pct must be a number of percent (e.g. 5), got {threshold_pct!r}")
@@ -158,6 +180,131 @@ def _check_threshold(threshold_pct: float) -> float:
     if not math.isfinite(value) or value < 0:
         raise ValueError(f"threshold_pct must be finite and >= 0 (percent, e.g. 5), got {threshold_pct!r}")
     return value
+
+
+@dataclass(frozen=True)
+class _Rule:
+    """What a comparison is asked: the threshold (percent), the interval's confidence, the significance level."""
+
+    threshold_pct: float
+    confidence: float
+    alpha: float
+
+    @classmethod
+    def of(cls, threshold_pct: float, confidence: float, alpha: float) -> _Rule:
+        """The rule, validated: ValueError for a threshold, confidence or alpha out of range."""
+        t = _check_threshold(threshold_pct)
+        if not 0 < alpha < 1:
+            raise ValueError(f"alpha must be in (0, 1), got {alpha!r}")
+        if not 0 < confidence < 1:
+            raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
+        return cls(t, confidence, alpha)
+
+    def verdict(self, ratio: float, low: float, high: float, p: float) -> Verdict:
+        """REGRESSION or IMPROVEMENT past the threshold and clear of the noise; AMBIGUOUS past it but not clear."""
+        up = 1.0 + self.threshold_pct / 100.0
+        if ratio > up:
+            return Verdict.REGRESSION if (low > 1.0 and p < self.alpha) else Verdict.AMBIGUOUS
+        if ratio < 1.0 / up:
+            return Verdict.IMPROVEMENT if (high < 1.0 and p < self.alpha) else Verdict.AMBIGUOUS
+        return Verdict.UNCHANGED
+
+
+@dataclass(frozen=True)
+class _Sides:
+    """The values whose medians a comparison shows, how many units each side has, and what a unit is."""
+
+    base: np.ndarray
+    current: np.ndarray
+    n_base: int
+    n_current: int
+    unit: str
+    names: tuple[str, str] = ("the baseline", "the current measurement")
+
+    @classmethod
+    def units(cls, base: np.ndarray, current: np.ndarray, unit: str) -> _Sides:
+        """Sides whose values are the units themselves (samples, run or session medians)."""
+        return cls(base, current, int(base.size), int(current.size), unit)
+
+    def ratio_of_medians(self) -> float:
+        """median(current) / median(base): 1 where both are 0, inf where only the base's is, NaN without values."""
+        base, current = _median(self.base), _median(self.current)
+        if base > 0:
+            return current / base
+        if base == 0:
+            return 1.0 if current == 0 else math.inf
+        return math.nan
+
+    def why_no_ratio(self) -> str:
+        """Why the medians give no ratio to test ("" when they do): a side without values, or 0 ms medians."""
+        for name, values in zip(self.names, (self.base, self.current), strict=True):
+            if not values.size:
+                return f"{name} has no samples: nothing to compare"
+        base, current = _median(self.base), _median(self.current)
+        if base == 0 and current == 0:
+            return "the medians are 0 ms on both sides: below the timer's resolution, nothing to compare"
+        if base == 0:
+            return f"the median of {self.names[0]} is 0 ms: below the timer's resolution, no ratio to test"
+        return ""
+
+    def comparison(
+        self, rule: _Rule, figures: tuple[float, float, float, float], verdict: Verdict, reason: str
+    ) -> Comparison:
+        """The comparison of these sides: ``figures`` are (ratio, low, high, p)."""
+        ratio, low, high, p = figures
+        return Comparison(
+            ratio=ratio,
+            ci_low=low,
+            ci_high=high,
+            p_value=p,
+            threshold_pct=rule.threshold_pct,
+            verdict=verdict,
+            baseline_median=_median(self.base),
+            current_median=_median(self.current),
+            confidence=rule.confidence,
+            alpha=rule.alpha,
+            n_baseline=self.n_base,
+            n_current=self.n_current,
+            unit=self.unit,
+            reason=reason,
+        )
+
+
+def _decide(rule: _Rule, sides: _Sides, figures: tuple[float, float, float, float], why: str = "") -> Comparison:
+    """The comparison of ``figures`` (ratio, interval, p); an AMBIGUOUS one says ``why`` (default: the noise)."""
+    verdict = rule.verdict(*figures)
+    reason = ""
+    if verdict is Verdict.AMBIGUOUS:
+        reason = (
+            why
+            or f"the {rule.confidence * 100:g}% interval of the ratio reaches 1: within the noise between {sides.unit}"
+        )
+    return sides.comparison(rule, figures, verdict, reason)
+
+
+def _without_interval(rule: _Rule, sides: _Sides, why: str) -> Comparison:
+    """No interval, because ``why`` (kept as the reason): the ratio of the medians, UNCHANGED within the threshold,
+    else AMBIGUOUS (also without a ratio)."""
+    ratio = sides.ratio_of_medians()
+    verdict = Verdict.AMBIGUOUS if math.isnan(ratio) else rule.verdict(ratio, 0.0, math.inf, 1.0)
+    return sides.comparison(rule, (ratio, 0.0, math.inf, 1.0), verdict, why)
+
+
+def _no_ratio(rule: _Rule, sides: _Sides) -> Comparison | None:
+    """The comparison of sides whose medians give no ratio to test (None: they do)."""
+    why = sides.why_no_ratio()
+    return _without_interval(rule, sides, why) if why else None
+
+
+def _no_log(rule: _Rule, sides: _Sides, units: tuple[np.ndarray, np.ndarray], what: str) -> Comparison | None:
+    """The comparison where some of the medians of ``what`` (``units``: the base's, the current's) are 0 ms, so
+    that their logarithms are not there (None: none is)."""
+    zeros = sum(int(np.count_nonzero(u == 0)) for u in units)
+    if not zeros:
+        return None
+    total = sum(u.size for u in units)
+    why = f"{zeros} of the {total} medians of the {what} are 0 ms: below the timer's resolution, no interval"
+    return _without_interval(rule, sides, why)
 
 
 def compare(
@@ -171,16 +318,41 @@ def compare(
 
     REGRESSION needs ratio > 1 + t, the interval's lower bound > 1 and p < alpha; IMPROVEMENT needs
     ratio < 1 / (1 + t), the upper bound < 1 and p < alpha (t = threshold_pct / 100). A ratio past either
-    limit that fails the other two tests is AMBIGUOUS; anything else is UNCHANGED.
+    limit that fails the other two tests is AMBIGUOUS; anything else is UNCHANGED. A side without samples, or
+    a baseline median of 0 ms (below the timer's resolution), gives no interval: UNCHANGED where both medians
+    are 0, else AMBIGUOUS, with the reason. ValueError only for what no measurement gives: a threshold, alpha
+    or confidence out of range, a sample that is not a duration (negative, NaN, infinite).
     """
-    t = _check_threshold(threshold_pct)
-    if not 0 < alpha < 1:
-        raise ValueError(f"alpha must be in (0, 1), got {alpha!r}")
-    base = _as_array(baseline_samples)
-    cur = _as_array(current_samples)
-    ratio, low, high = ratio_ci(base, cur, confidence=confidence)
-    p = mann_whitney_p(base, cur)
-    return _decide(ratio, low, high, p, t, confidence, alpha, base, cur, int(base.size), int(cur.size), "samples")
+    rule = _Rule.of(threshold_pct, confidence, alpha)
+    sides = _Sides.units(_durations(baseline_samples, "baseline"), _durations(current_samples, "current"), "samples")
+    blocked = _no_ratio(rule, sides)
+    if blocked is not None:
+        return blocked
+    ratio, low, high = ratio_ci(sides.base, sides.current, confidence=confidence)
+    return _decide(rule, sides, (ratio, low, high, mann_whitney_p(sides.base, sides.current)))
+
+
+def _each_run(runs: Iterable[Iterable[float]], what: str) -> list[np.ndarray]:
+    """Each run's samples as durations (see :func:`_durations`)."""
+    return [_durations(r, what) for r in runs]
+
+
+def _runs_with_samples(runs: Iterable[Iterable[float]], what: str) -> list[np.ndarray]:
+    """The runs that have samples."""
+    return [r for r in _each_run(runs, what) if r.size]
+
+
+def _run_medians(runs: list[np.ndarray]) -> np.ndarray:
+    """The median of each run (each has samples)."""
+    return np.array([np.median(r) for r in runs], dtype=np.float64)
+
+
+def _log_units(rule: _Rule, sides: _Sides) -> Comparison:
+    """Judge unit medians (runs, sessions) by :func:`run_ratio_test`; one side must have two units or more."""
+    blocked = _no_ratio(rule, sides) or _no_log(rule, sides, (sides.base, sides.current), sides.unit)
+    if blocked is not None:
+        return blocked
+    return _decide(rule, sides, run_ratio_test(list(sides.base), list(sides.current), rule.confidence))
 
 
 def compare_runs(
@@ -194,63 +366,41 @@ def compare_runs(
 
     Samples within a run share one allocation and one process placement, so they understate how much
     a fresh session varies (zero-copy memory over PCIe moves by several percent between allocations).
-    With a single run on both sides this is :func:`compare` on the samples.
+    With a single run on both sides this is :func:`compare` on the samples. Runs without samples are left out;
+    0 ms run medians give no interval (see :func:`compare`). ValueError where a side has no runs at all
+    (:func:`compare_sessions` never passes that) and as :func:`compare` says.
     """
-    b_runs = [_as_array(r) for r in baseline_runs]
-    c_runs = [_as_array(r) for r in current_runs]
+    b_runs, c_runs = _each_run(baseline_runs, "baseline run"), _each_run(current_runs, "current run")
     if not b_runs or not c_runs:
         raise ValueError("compare_runs needs at least one run on each side")
+    b_runs, c_runs = [r for r in b_runs if r.size], [r for r in c_runs if r.size]
     if len(b_runs) < 2 and len(c_runs) < 2:
-        return compare(b_runs[0], c_runs[0], threshold_pct, confidence, alpha)
-    t = _check_threshold(threshold_pct)
-    if not 0 < alpha < 1:
-        raise ValueError(f"alpha must be in (0, 1), got {alpha!r}")
-    b_med = np.array([np.median(r) for r in b_runs])
-    c_med = np.array([np.median(r) for r in c_runs])
-    ratio, low, high, p = run_ratio_test(list(b_med), list(c_med), confidence)
-    return _decide(ratio, low, high, p, t, confidence, alpha, b_med, c_med, len(b_runs), len(c_runs), "runs")
+        return compare(_pooled(b_runs), _pooled(c_runs), threshold_pct, confidence, alpha)
+    rule = _Rule.of(threshold_pct, confidence, alpha)
+    b_med, c_med = _run_medians(b_runs), _run_medians(c_runs)
+    return _log_units(rule, _Sides.units(b_med, c_med, "runs"))
 
 
-def _decide(
-    ratio: float,
-    low: float,
-    high: float,
-    p: float,
-    t: float,
-    confidence: float,
-    alpha: float,
-    base: np.ndarray,
-    cur: np.ndarray,
-    n_base: int,
-    n_cur: int,
-    unit: str,
-) -> Comparison:
-    up = 1.0 + t / 100.0
-    reason = ""
-    if ratio > up:
-        verdict = Verdict.REGRESSION if (low > 1.0 and p < alpha) else Verdict.AMBIGUOUS
-    elif ratio < 1.0 / up:
-        verdict = Verdict.IMPROVEMENT if (high < 1.0 and p < alpha) else Verdict.AMBIGUOUS
-    else:
-        verdict = Verdict.UNCHANGED
-    if verdict is Verdict.AMBIGUOUS:
-        reason = f"the {confidence * 100:g}% interval of the ratio reaches 1: within the noise between {unit}"
-    return Comparison(
-        ratio=ratio,
-        ci_low=low,
-        ci_high=high,
-        p_value=p,
-        threshold_pct=t,
-        verdict=verdict,
-        baseline_median=float(np.median(base)),
-        current_median=float(np.median(cur)),
-        confidence=confidence,
-        alpha=alpha,
-        n_baseline=n_base,
-        n_current=n_cur,
-        unit=unit,
-        reason=reason,
+def _too_few_sessions(cmp: Comparison, held: int, min_sessions: int) -> Comparison:
+    """``cmp`` (on the pooled runs of ``held`` sessions), its call made AMBIGUOUS where ``held`` < ``min_sessions``."""
+    if cmp.verdict is Verdict.UNCHANGED or held >= min_sessions:
+        return cmp
+    more = min_sessions - held
+    return replace(
+        cmp,
+        verdict=Verdict.AMBIGUOUS,
+        reason=(
+            f"the baseline holds {held} session{'s' if held != 1 else ''}; the noise between sessions is known from "
+            f"{min_sessions}: append {more} more session{'s' if more != 1 else ''} to it "
+            "(--jetmem-save on the branch it gates)"
+        ),
     )
+
+
+def _sessions_with_samples(sessions: Sequence[Sequence[Iterable[float]]]) -> list[list[np.ndarray]]:
+    """Each session's runs with samples; sessions without any left out."""
+    kept = (_runs_with_samples(s, "baseline run") for s in sessions)
+    return [runs for runs in kept if runs]
 
 
 def compare_sessions(
@@ -268,31 +418,74 @@ def compare_sessions(
     interval over them (:func:`pytest_jetmem.measure.stats.run_ratio_test`): the spread between sessions is
     in the interval. With fewer, the noise between sessions is unknown: the decision is the one of
     :func:`compare_runs` on the pooled runs, except that a call either way becomes AMBIGUOUS, with a reason
-    that says how many more sessions to append.
+    that says how many more sessions to append. Sessions and runs without samples are left out; a side left
+    without samples, or 0 ms medians, give no interval (see :func:`compare`). ValueError only as
+    :func:`compare` says.
     """
-    sessions = [[_as_array(r) for r in s] for s in baseline_sessions if len(s)]
-    cur_runs = [_as_array(r) for r in current_runs]
+    sessions = _sessions_with_samples(baseline_sessions)
+    cur_runs = _runs_with_samples(current_runs, "current run")
     if not sessions or not cur_runs:
-        raise ValueError("compare_sessions needs at least one baseline session and one current run")
+        return compare(_pooled(r for s in sessions for r in s), _pooled(cur_runs), threshold_pct, confidence, alpha)
     if len(sessions) < max(min_sessions, 2):  # one session has no spread between sessions to measure
         cmp = compare_runs([r for s in sessions for r in s], cur_runs, threshold_pct, confidence, alpha)
-        if cmp.verdict is Verdict.UNCHANGED or len(sessions) >= min_sessions:
-            return cmp
-        more = min_sessions - len(sessions)
-        held = f"{len(sessions)} session{'s' if len(sessions) != 1 else ''}"
-        return replace(
-            cmp,
-            verdict=Verdict.AMBIGUOUS,
-            reason=(
-                f"the baseline holds {held}; the noise between sessions is known from {min_sessions}: "
-                f"append {more} more session{'s' if more != 1 else ''} to it (--jetmem-save on the branch it gates)"
-            ),
-        )
-    t = _check_threshold(threshold_pct)
-    b_med = np.array([np.median(np.concatenate(s)) for s in sessions])
-    c_med = np.array([np.median(np.concatenate(cur_runs))])
-    ratio, low, high, p = run_ratio_test(list(b_med), list(c_med), confidence)
-    return _decide(ratio, low, high, p, t, confidence, alpha, b_med, c_med, len(sessions), 1, "sessions")
+        return _too_few_sessions(cmp, len(sessions), min_sessions)
+    rule = _Rule.of(threshold_pct, confidence, alpha)
+    b_med = np.array([_median(_pooled(s)) for s in sessions])
+    c_med = np.array([_median(_pooled(cur_runs))])
+    return _log_units(rule, _Sides.units(b_med, c_med, "sessions"))
+
+
+def _round_medians(
+    base_run: Sequence[Iterable[float]], change_run: Sequence[Iterable[float]]
+) -> tuple[np.ndarray, np.ndarray]:
+    """The medians of a run's paired rounds (round r of each side), rounds without samples on either side left out."""
+    pairs = [
+        (_median(a), _median(b))
+        for a, b in zip(_each_run(base_run, "base round"), _each_run(change_run, "change round"), strict=False)
+        if a.size and b.size
+    ]
+    return np.array([a for a, _ in pairs], dtype=np.float64), np.array([b for _, b in pairs], dtype=np.float64)
+
+
+#: Per run of ``--jetmem-against``, the medians of its paired rounds: (the base's, the change's).
+_RunMedians = tuple[np.ndarray, np.ndarray]
+
+
+def _paired_runs(
+    base_rounds: Sequence[Sequence[Iterable[float]]], change_rounds: Sequence[Sequence[Iterable[float]]]
+) -> list[_RunMedians]:
+    """The round medians of each run with a paired round; runs without one left out."""
+    runs = [_round_medians(a, b) for a, b in zip(base_rounds, change_rounds, strict=False)]
+    return [(a, b) for a, b in runs if a.size]
+
+
+def _all_samples(rounds: Sequence[Sequence[Iterable[float]]], what: str) -> np.ndarray:
+    """Every sample of every round of every run."""
+    return _pooled(_durations(r, what) for run in rounds for r in run)
+
+
+def _paired_sides(
+    base_rounds: Sequence[Sequence[Iterable[float]]],
+    change_rounds: Sequence[Sequence[Iterable[float]]],
+    runs: list[_RunMedians],
+) -> _Sides:
+    """The sides of a paired comparison: all samples, and the units: the runs where several, else the rounds."""
+    n = len(runs) if len(runs) > 1 else sum(a.size for a, _ in runs)
+    base, change = _all_samples(base_rounds, "base round"), _all_samples(change_rounds, "change round")
+    return _Sides(base, change, n, n, "runs" if len(runs) > 1 else "rounds", ("the base", "the change"))
+
+
+def _paired_units(runs: list[_RunMedians]) -> np.ndarray:
+    """The log ratios the paired test takes: per round (one run) or each run's mean (several runs)."""
+    per_run = [np.log(b) - np.log(a) for a, b in runs]
+    return np.array([d.mean() for d in per_run]) if len(per_run) > 1 else per_run[0]
+
+
+def _no_pairs(rule: _Rule, sides: _Sides, runs: list[_RunMedians]) -> Comparison | None:
+    """The comparison where no round pairs, or where a paired round's median is 0 ms (None: neither)."""
+    if not runs:
+        return _without_interval(rule, sides, "no round has samples on both sides: nothing to pair")
+    return _no_log(rule, sides, (_pooled(a for a, _ in runs), _pooled(b for _, b in runs)), "rounds")
 
 
 def compare_paired(
@@ -307,25 +500,21 @@ def compare_paired(
     Round ``r`` of the base and round ``r`` of the change were taken back to back on the same GPU, so their
     log ratio cancels drift. With one run, the rounds are the units of a paired t-test; with several runs
     (fresh allocations on both sides), the mean log ratio of each run is the unit, so the spread between
-    allocations is in the interval.
+    allocations is in the interval. One round gives no interval; a side without samples, or 0 ms medians
+    (below the timer's resolution), give none either (see :func:`compare`). ValueError only for what the plugin
+    never passes: both sides with runs but not as many (it compares only runs taken in turns), and as
+    :func:`compare` says.
     """
-    if len(base_rounds) != len(change_rounds) or not base_rounds:
+    if base_rounds and change_rounds and len(base_rounds) != len(change_rounds):
         raise ValueError(
             f"compare_paired needs the same runs on both sides, got {len(base_rounds)} and {len(change_rounds)}"
         )
-    per_run: list[np.ndarray] = []
-    for a_run, b_run in zip(base_rounds, change_rounds, strict=True):
-        a_med = np.array([np.median(_as_array(r)) for r in a_run])
-        b_med = np.array([np.median(_as_array(r)) for r in b_run])
-        if a_med.size != b_med.size or a_med.size == 0:
-            raise ValueError(f"compare_paired: a run has {a_med.size} base and {b_med.size} change rounds")
-        if np.any(a_med <= 0) or np.any(b_med <= 0):
-            raise ValueError("compare_paired: round medians must be positive durations")
-        per_run.append(np.log(b_med / a_med))
-    t = _check_threshold(threshold_pct)
-    units = np.array([d.mean() for d in per_run]) if len(per_run) > 1 else per_run[0]
-    unit = "runs" if len(per_run) > 1 else "rounds"
-    ratio, low, high, p = paired_log_test(units, confidence)
-    base_all = np.concatenate([np.concatenate([_as_array(r) for r in run]) for run in base_rounds])
-    change_all = np.concatenate([np.concatenate([_as_array(r) for r in run]) for run in change_rounds])
-    return _decide(ratio, low, high, p, t, confidence, alpha, base_all, change_all, units.size, units.size, unit)
+    rule = _Rule.of(threshold_pct, confidence, alpha)
+    runs = _paired_runs(base_rounds, change_rounds)
+    sides = _paired_sides(base_rounds, change_rounds, runs)
+    blocked = _no_ratio(rule, sides) or _no_pairs(rule, sides, runs)
+    if blocked is not None:
+        return blocked
+    units = _paired_units(runs)
+    why = "one round only: no interval" if units.size < 2 else ""
+    return _decide(rule, sides, paired_log_test(units, confidence), why)

@@ -162,6 +162,14 @@ class Duet:
         rule is satisfied (:attr:`peer_left` is then True). Returns the number of rounds.
         """
         self.peer_left = False
+        self._set_up(setup)
+        rounds = 1
+        while not self._round(batch):
+            rounds += 1
+        return rounds
+
+    def _set_up(self, setup: Callable[[], None]) -> None:
+        """The first call and warm-up, in turns: the base's, then the change's."""
         if self.side == CHANGE:
             self._wait()
         setup()
@@ -169,14 +177,13 @@ class Duet:
             self._pass(False)
             if self.side == BASE:
                 self._wait()
-        rounds = 0
-        while True:
-            rounds += 1
-            theirs = self._wait() if self.side == CHANGE and not self.peer_left else True
-            mine = batch()
-            if not self.peer_left:
-                self._pass(mine)
-                if self.side == BASE:
-                    theirs = self._wait()
-            if mine and theirs:
-                return rounds
+
+    def _round(self, batch: Callable[[], bool]) -> bool:
+        """One round: the base's batch, then the change's (alone once the peer left); whether both sides are done."""
+        theirs = self._wait() if self.side == CHANGE and not self.peer_left else True
+        mine = batch()
+        if not self.peer_left:
+            self._pass(mine)
+            if self.side == BASE:
+                theirs = self._wait()
+        return mine and theirs

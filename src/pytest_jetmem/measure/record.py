@@ -33,7 +33,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from enum import Enum
 from statistics import median as _median
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from pytest_jetmem.errors import RecordError, RecordVersionError
 from pytest_jetmem.measure.compare import Comparison, Verdict
@@ -66,6 +66,7 @@ RECORD_VERSION = 1
 
 #: A JSON object as read: keys are strings, values anything JSON holds.
 JsonObject = Mapping[str, object]
+_E = TypeVar("_E", bound=Enum)
 
 
 class RecordVerdict(str, Enum):
@@ -283,158 +284,233 @@ class MeasurementRecord:
 
     def to_json(self) -> dict[str, object]:
         """The record's JSON object (see the module's docstring); :meth:`from_json` reads it back."""
-        ident, stats, cond, judge = self.identity, self.statistics, self.conditions, self.judgement
-        out: dict[str, object] = {
+        return {
             "version": RECORD_VERSION,
-            "nodeid": ident.nodeid,
-            "mode": ident.mode,
-            "key": ident.key,
-            "label": ident.label,
-            "scope": ident.scope,
-            "median": stats.median,
-            "mad": stats.mad,
-            "p5": stats.p5,
-            "p95": stats.p95,
-            "min": stats.min,
-            "n": stats.n,
-            "first_call_ms": stats.first_call_ms,
-            "first_call_wall_ms": stats.first_call_wall_ms,
-            "stop_reason": stats.stop_reason,
-            "runs": stats.runs,
-            "samples": list(stats.samples),
+            **_identity_json(self.identity),
+            **_statistics_json(self.statistics),
+            **_conditions_json(self.conditions),
+            **({"um_counters": self.counters.to_json()} if self.counters is not None else {}),
+            **_judgement_json(self.judgement),
         }
-        if stats.run_rounds:
-            out["run_rounds"] = [[list(r) for r in run] for run in stats.run_rounds]
-        if cond.clocks is not None:
-            out["clocks"] = cond.clocks.to_json()
-        if cond.throttled:
-            out["throttled"] = list(cond.throttled)
-        if self.counters is not None:
-            out["um_counters"] = self.counters.to_json()
-        if judge.ratio is not None:
-            out.update(
-                ratio=judge.ratio.ratio,
-                ratio_ci=list(judge.ratio.ci),
-                relative_to=judge.ratio.relative_to,
-                reference_median=judge.ratio.reference_median,
-            )
-        if judge.against is not None:
-            out["against"] = judge.against.label
-            if judge.against.base_samples is not None:
-                out["base_samples"] = list(judge.against.base_samples)
-        if isinstance(judge.baseline, BaselineComparison):
-            cmp = judge.baseline
-            out.update(
-                baseline=cmp.verdict.value,
-                baseline_change_pct=cmp.change_pct,
-                baseline_ci=list(cmp.ci),
-                baseline_unit=cmp.unit,
-            )
-            if cmp.reason:
-                out["baseline_reason"] = cmp.reason
-        elif isinstance(judge.baseline, NotCompared):
-            out.update(baseline=judge.baseline.text, baseline_note=judge.baseline.why.value)
-        out["verdict"] = judge.verdict.value
-        return out
 
     @classmethod
     def from_json(cls, data: object) -> MeasurementRecord:
         """The record of a JSON object :meth:`to_json` wrote; :class:`RecordError` saying what is wrong with it,
         :class:`RecordVersionError` for a version this pytest-jetmem does not read."""
         obj = _object(data, "a measurement record")
-        version = obj.get("version", RECORD_VERSION)
-        if not is_int(version) or version != RECORD_VERSION:
-            raise RecordVersionError(version, RECORD_VERSION)
-        label = obj.get("label")
-        if label is None:
-            label = ""
-        identity = Identity(
-            nodeid=_str(obj, "nodeid"), mode=_str(obj, "mode"), label=_any_str(label, "label"), scope=_str(obj, "scope")
-        )
-        key = obj.get("key", identity.key)
-        if key != identity.key:
-            raise RecordError(f"key: expected {identity.key!r} (label:scope), got {key!r}")
-        n = obj.get("n")
-        if not isinstance(n, int) or isinstance(n, bool) or n < 0:
-            raise RecordError(f"n: expected a count, got {n!r}")
-        runs = obj.get("runs", 1)
-        if not isinstance(runs, int) or isinstance(runs, bool) or runs < 1:
-            raise RecordError(f"runs: expected a count >= 1, got {runs!r}")
-        stop_reason = obj.get("stop_reason", "")
-        stats = Statistics(
-            median=_number(obj, "median"),
-            mad=_number(obj, "mad"),
-            p5=_number(obj, "p5"),
-            p95=_number(obj, "p95"),
-            min=_number(obj, "min"),
-            n=n,
-            samples=_numbers(obj.get("samples"), "samples"),
-            first_call_ms=_optional_number(obj.get("first_call_ms"), "first_call_ms"),
-            first_call_wall_ms=_optional_number(obj.get("first_call_wall_ms"), "first_call_wall_ms"),
-            stop_reason=_any_str(stop_reason if stop_reason is not None else "", "stop_reason"),
-            runs=runs,
-            run_rounds=_run_rounds(obj.get("run_rounds", [])),
-        )
-        raw_clocks = obj.get("clocks")
-        conditions = Conditions(
-            clocks=Clocks.from_json(raw_clocks) if raw_clocks else None,
-            throttled=_strs(obj.get("throttled", []), "throttled"),
-        )
+        _check_version(obj)
+        identity = _identity(obj)
+        stats = _statistics(obj)
+        conditions = _conditions(obj)
         raw_counters = obj.get("um_counters")
         counters = UnifiedMemoryCounters.from_json(raw_counters) if raw_counters is not None else None
         return cls(identity, stats, conditions, _judgement(obj), counters)
 
 
-def _judgement(obj: JsonObject) -> Judgement:
-    ratio = None
-    if obj.get("ratio") is not None:
-        ratio = SideBySide(
-            ratio=_number(obj, "ratio"),
-            ci=_pair(obj.get("ratio_ci"), "ratio_ci"),
-            relative_to=_str(obj, "relative_to"),
-            reference_median=_number(obj, "reference_median", nan_for_none=True),
-        )
-    baseline: BaselineComparison | NotCompared | None = None
-    if "baseline_change_pct" in obj:
-        verdict = obj.get("baseline")
-        try:
-            cmp_verdict = Verdict(verdict)
-        except ValueError:
-            raise RecordError(
-                f"baseline: expected one of {', '.join(v.value for v in Verdict)}, got {verdict!r}"
-            ) from None
-        reason = obj.get("baseline_reason", "")
-        baseline = BaselineComparison(
-            verdict=cmp_verdict,
-            change_pct=_number(obj, "baseline_change_pct", nan_for_none=True),
-            ci=_pair(obj.get("baseline_ci"), "baseline_ci"),
-            unit=_str(obj, "baseline_unit"),
-            reason=_any_str(reason if reason is not None else "", "baseline_reason"),
-        )
-    elif obj.get("baseline") is not None:
-        note = obj.get("baseline_note")
-        try:
-            why = NotComparedWhy(note)
-        except ValueError:
-            raise RecordError(
-                f"baseline_note: expected one of {', '.join(w.value for w in NotComparedWhy)}, got {note!r}"
-            ) from None
-        baseline = NotCompared(why, _str(obj, "baseline"))
-    against = None
-    if obj.get("against") is not None:
-        base_samples = obj.get("base_samples")
-        against = Against(
-            label=_str(obj, "against"),
-            base_samples=_numbers(base_samples, "base_samples") if base_samples is not None else None,
-        )
-    verdict = obj.get("verdict", RecordVerdict.REPORTED.value)
+# -- the record as JSON, part by part (in the object's key order) -----------------------------------------------
+def _identity_json(ident: Identity) -> dict[str, object]:
+    return {"nodeid": ident.nodeid, "mode": ident.mode, "key": ident.key, "label": ident.label, "scope": ident.scope}
+
+
+def _statistics_json(stats: Statistics) -> dict[str, object]:
+    """The figures; ``run_rounds`` only where the runs were taken in turns."""
+    out: dict[str, object] = {
+        "median": stats.median,
+        "mad": stats.mad,
+        "p5": stats.p5,
+        "p95": stats.p95,
+        "min": stats.min,
+        "n": stats.n,
+        "first_call_ms": stats.first_call_ms,
+        "first_call_wall_ms": stats.first_call_wall_ms,
+        "stop_reason": stats.stop_reason,
+        "runs": stats.runs,
+        "samples": list(stats.samples),
+    }
+    if stats.run_rounds:
+        out["run_rounds"] = [[list(r) for r in run] for run in stats.run_rounds]
+    return out
+
+
+def _conditions_json(cond: Conditions) -> dict[str, object]:
+    """``clocks`` where known, ``throttled`` where any slowdown was seen."""
+    out: dict[str, object] = {}
+    if cond.clocks is not None:
+        out["clocks"] = cond.clocks.to_json()
+    if cond.throttled:
+        out["throttled"] = list(cond.throttled)
+    return out
+
+
+def _ratio_json(ratio: SideBySide | None) -> dict[str, object]:
+    if ratio is None:
+        return {}
+    return {
+        "ratio": ratio.ratio,
+        "ratio_ci": list(ratio.ci),
+        "relative_to": ratio.relative_to,
+        "reference_median": ratio.reference_median,
+    }
+
+
+def _against_json(against: Against | None) -> dict[str, object]:
+    if against is None:
+        return {}
+    out: dict[str, object] = {"against": against.label}
+    if against.base_samples is not None:
+        out["base_samples"] = list(against.base_samples)
+    return out
+
+
+def _baseline_json(baseline: BaselineComparison | NotCompared | None) -> dict[str, object]:
+    """A comparison's figures, or why nothing was compared (``baseline`` holds the sentence, ``baseline_note``
+    the kind); nothing where neither applies."""
+    if isinstance(baseline, NotCompared):
+        return {"baseline": baseline.text, "baseline_note": baseline.why.value}
+    if baseline is None:
+        return {}
+    out: dict[str, object] = {
+        "baseline": baseline.verdict.value,
+        "baseline_change_pct": baseline.change_pct,
+        "baseline_ci": list(baseline.ci),
+        "baseline_unit": baseline.unit,
+    }
+    if baseline.reason:
+        out["baseline_reason"] = baseline.reason
+    return out
+
+
+def _judgement_json(judge: Judgement) -> dict[str, object]:
+    return {
+        **_ratio_json(judge.ratio),
+        **_against_json(judge.against),
+        **_baseline_json(judge.baseline),
+        "verdict": judge.verdict.value,
+    }
+
+
+# -- the record from JSON, part by part (in the order the parts are checked) -------------------------------------
+def _check_version(obj: JsonObject) -> None:
+    """:class:`RecordVersionError` unless the object is of :data:`RECORD_VERSION` (no ``"version"``: version 1)."""
+    version = obj.get("version", RECORD_VERSION)
+    if not is_int(version) or version != RECORD_VERSION:
+        raise RecordVersionError(version, RECORD_VERSION)
+
+
+def _identity(obj: JsonObject) -> Identity:
+    """The identity, with ``key`` (where given) checked against ``label:scope``."""
+    label = obj.get("label")
+    identity = Identity(
+        nodeid=_str(obj, "nodeid"),
+        mode=_str(obj, "mode"),
+        label=_any_str("" if label is None else label, "label"),
+        scope=_str(obj, "scope"),
+    )
+    key = obj.get("key", identity.key)
+    if key != identity.key:
+        raise RecordError(f"key: expected {identity.key!r} (label:scope), got {key!r}")
+    return identity
+
+
+def _count(obj: JsonObject, key: str, default: object, minimum: int, expected: str) -> int:
+    """The integer at ``key`` (not a bool), at least ``minimum``; ``expected`` words the error."""
+    value = obj.get(key, default)
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise RecordError(f"{key}: expected {expected}, got {value!r}")
+    return value
+
+
+def _statistics(obj: JsonObject) -> Statistics:
+    n = _count(obj, "n", None, 0, "a count")
+    runs = _count(obj, "runs", 1, 1, "a count >= 1")
+    stop_reason = obj.get("stop_reason", "")
+    return Statistics(
+        median=_number(obj, "median"),
+        mad=_number(obj, "mad"),
+        p5=_number(obj, "p5"),
+        p95=_number(obj, "p95"),
+        min=_number(obj, "min"),
+        n=n,
+        samples=_numbers(obj.get("samples"), "samples"),
+        first_call_ms=_optional_number(obj.get("first_call_ms"), "first_call_ms"),
+        first_call_wall_ms=_optional_number(obj.get("first_call_wall_ms"), "first_call_wall_ms"),
+        stop_reason=_any_str(stop_reason if stop_reason is not None else "", "stop_reason"),
+        runs=runs,
+        run_rounds=_run_rounds(obj.get("run_rounds", [])),
+    )
+
+
+def _conditions(obj: JsonObject) -> Conditions:
+    raw_clocks = obj.get("clocks")
+    return Conditions(
+        clocks=Clocks.from_json(raw_clocks) if raw_clocks else None,
+        throttled=_strs(obj.get("throttled", []), "throttled"),
+    )
+
+
+def _member(kind: type[_E], value: object, key: str, choices: str) -> _E:
+    """The member of enum ``kind`` whose value is ``value``; a :class:`RecordError` listing ``choices``."""
     try:
-        record_verdict = RecordVerdict(verdict)
+        return kind(value)
     except ValueError:
-        raise RecordError(
-            f"verdict: expected one of {', '.join(repr(v.value) for v in RecordVerdict)}, got {verdict!r}"
-        ) from None
-    return Judgement(record_verdict, ratio, baseline, against)
+        raise RecordError(f"{key}: expected one of {choices}, got {value!r}") from None
+
+
+def _side_by_side(obj: JsonObject) -> SideBySide | None:
+    if obj.get("ratio") is None:
+        return None
+    return SideBySide(
+        ratio=_number(obj, "ratio"),
+        ci=_pair(obj.get("ratio_ci"), "ratio_ci"),
+        relative_to=_str(obj, "relative_to"),
+        reference_median=_number(obj, "reference_median", nan_for_none=True),
+    )
+
+
+def _comparison(obj: JsonObject) -> BaselineComparison:
+    verdict = _member(Verdict, obj.get("baseline"), "baseline", ", ".join(v.value for v in Verdict))
+    reason = obj.get("baseline_reason", "")
+    return BaselineComparison(
+        verdict=verdict,
+        change_pct=_number(obj, "baseline_change_pct", nan_for_none=True),
+        ci=_pair(obj.get("baseline_ci"), "baseline_ci"),
+        unit=_str(obj, "baseline_unit"),
+        reason=_any_str(reason if reason is not None else "", "baseline_reason"),
+    )
+
+
+def _not_compared(obj: JsonObject) -> NotCompared:
+    choices = ", ".join(w.value for w in NotComparedWhy)
+    why = _member(NotComparedWhy, obj.get("baseline_note"), "baseline_note", choices)
+    return NotCompared(why, _str(obj, "baseline"))
+
+
+def _baseline(obj: JsonObject) -> BaselineComparison | NotCompared | None:
+    """A comparison where the object has its figures, else why nothing was compared, else None."""
+    if "baseline_change_pct" in obj:
+        return _comparison(obj)
+    if obj.get("baseline") is not None:
+        return _not_compared(obj)
+    return None
+
+
+def _against(obj: JsonObject) -> Against | None:
+    if obj.get("against") is None:
+        return None
+    base_samples = obj.get("base_samples")
+    return Against(
+        label=_str(obj, "against"),
+        base_samples=_numbers(base_samples, "base_samples") if base_samples is not None else None,
+    )
+
+
+def _judgement(obj: JsonObject) -> Judgement:
+    ratio = _side_by_side(obj)
+    baseline = _baseline(obj)
+    against = _against(obj)
+    choices = ", ".join(repr(v.value) for v in RecordVerdict)
+    verdict = _member(RecordVerdict, obj.get("verdict", RecordVerdict.REPORTED.value), "verdict", choices)
+    return Judgement(verdict, ratio, baseline, against)
 
 
 # -- the builder -------------------------------------------------------------------------------------------------

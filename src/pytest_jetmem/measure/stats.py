@@ -305,6 +305,42 @@ def student_t_ppf(q: float, df: float) -> float:
     return (lo + hi) / 2.0
 
 
+def _exp(x: float) -> float:
+    """``e ** x``, inf where that overflows (a ratio of durations many orders of magnitude apart)."""
+    return math.exp(x) if x < 709.0 else math.inf
+
+
+def _log_ratio_interval(d: float, se: float, df: float, confidence: float) -> tuple[float, float, float, float]:
+    """(ratio, low, high, p) of a mean log ratio ``d`` with standard error ``se`` > 0 and ``df`` degrees of freedom."""
+    half = student_t_ppf(0.5 + confidence / 2.0, df) * se
+    return _exp(d), _exp(d - half), _exp(d + half), student_t_sf2(d / se, df)
+
+
+def _exact(d: float) -> tuple[float, float, float, float]:
+    """(ratio, low, high, p) of log ratios without spread: the ratio, known exactly; p 1 for none, else 0."""
+    r = _exp(d)
+    return r, r, r, (1.0 if d == 0 else 0.0)
+
+
+def _run_variances(b: np.ndarray, c: np.ndarray) -> tuple[float, float]:
+    """The variances (ddof 1) of two sides' log run medians; a side with one run borrows the other's."""
+    vb = float(np.var(b, ddof=1)) if b.size > 1 else None
+    vc = float(np.var(c, ddof=1)) if c.size > 1 else None
+    if vb is None:
+        assert vc is not None  # the caller checked that one side has two runs
+        return vc, vc
+    return vb, (vc if vc is not None else vb)
+
+
+def _welch_df(vb: float, nb: int, vc: float, nc: int) -> float:
+    """Welch-Satterthwaite degrees of freedom; ``max(nb, nc) - 1`` where one variance serves both sides (one run
+    on a side: the prediction interval's t_{n-1})."""
+    if nb == 1 or nc == 1:
+        return float(max(nb, nc) - 1)
+    se2 = vb / nb + vc / nc
+    return se2**2 / ((vb / nb) ** 2 / (nb - 1) + (vc / nc) ** 2 / (nc - 1))
+
+
 def run_ratio_test(
     baseline_runs: list[float], current_runs: list[float], confidence: float = 0.99
 ) -> tuple[float, float, float, float]:
@@ -312,49 +348,45 @@ def run_ratio_test(
 
     The ratio is the geometric mean ratio of the run medians. Where one side has a single run, its
     run-to-run variance is taken from the other side (a prediction-interval test), so a single current
-    session can be judged against a baseline saved from many runs. Needs at least two runs on one side.
+    session can be judged against a baseline saved from many runs. Without spread (equal medians) the ratio is
+    exact: p 1 where it is 1, else 0. ValueError (a caller's error: :mod:`pytest_jetmem.measure.compare` checks
+    first) for fewer than two runs on both sides, or a run median that is not a positive finite duration.
     """
-    b = np.log(_as_samples(baseline_runs, "baseline runs"))
-    c = np.log(_as_samples(current_runs, "current runs"))
+    b = np.log(_positive(baseline_runs, "baseline runs"))
+    c = np.log(_positive(current_runs, "current runs"))
     nb, nc = b.size, c.size
     if max(nb, nc) < 2:
         raise ValueError("run_ratio_test needs at least two runs on one side")
-    vb = float(np.var(b, ddof=1)) if nb > 1 else None
-    vc = float(np.var(c, ddof=1)) if nc > 1 else None
-    vb = vb if vb is not None else vc
-    vc = vc if vc is not None else vb
-    assert vb is not None and vc is not None
+    vb, vc = _run_variances(b, c)
     d = float(c.mean() - b.mean())
     se2 = vb / nb + vc / nc
     if se2 <= 0:
-        p = 1.0 if d == 0 else 0.0
-        r = math.exp(d)
-        return r, r, r, p
-    if nb == 1 or nc == 1:  # one variance estimate serves both sides: the prediction interval's t_{n-1}
-        df = float(max(nb, nc) - 1)
-    else:
-        df = se2**2 / ((vb / nb) ** 2 / (nb - 1) + (vc / nc) ** 2 / (nc - 1))
-    se = math.sqrt(se2)
-    p = student_t_sf2(d / se, df)
-    half = student_t_ppf(0.5 + confidence / 2.0, df) * se
-    return math.exp(d), math.exp(d - half), math.exp(d + half), p
+        return _exact(d)
+    return _log_ratio_interval(d, math.sqrt(se2), _welch_df(vb, nb, vc, nc), confidence)
+
+
+def _positive(values: Iterable[float], what: str) -> np.ndarray:
+    """``values`` as durations whose logarithm is there: ValueError for none, or one not finite and > 0."""
+    arr = _as_samples(values, what)
+    if np.any(arr <= 0):
+        raise ValueError(f"{what}: {float(arr.min())!r} is not a positive duration (a log ratio needs one)")
+    return arr
 
 
 def paired_log_test(log_ratios: Iterable[float], confidence: float = 0.99) -> tuple[float, float, float, float]:
     """(ratio, low, high, p) of paired log ratios: their mean, a Student-t interval and the two-sided p.
 
-    One value gives no spread: the interval is infinite and p is 1 (nothing can be called).
+    One value gives no spread: the interval is infinite and p is 1 (nothing can be called). Values without
+    spread give the exact ratio (p 1 where it is 1, else 0). ValueError (a caller's error) for no values or a
+    value that is not finite.
     """
     d = np.asarray(list(log_ratios) if not isinstance(log_ratios, np.ndarray) else log_ratios, dtype=np.float64)
     if d.size == 0 or not np.all(np.isfinite(d)):
         raise ValueError(f"paired_log_test needs finite log ratios, got {d!r}")
     mean = float(d.mean())
     if d.size < 2:
-        return math.exp(mean), 0.0, math.inf, 1.0
+        return _exp(mean), 0.0, math.inf, 1.0
     se = float(np.std(d, ddof=1)) / math.sqrt(d.size)
     if se == 0:
-        r = math.exp(mean)
-        return r, r, r, (1.0 if mean == 0 else 0.0)
-    df = float(d.size - 1)
-    half = student_t_ppf(0.5 + confidence / 2.0, df) * se
-    return math.exp(mean), math.exp(mean - half), math.exp(mean + half), student_t_sf2(mean / se, df)
+        return _exact(mean)
+    return _log_ratio_interval(mean, se, float(d.size - 1), confidence)

@@ -26,7 +26,7 @@ import shutil
 import subprocess
 import tarfile
 import tempfile
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -57,7 +57,8 @@ from pytest_jetmem.plugin.sessions import device_session, gate_session
 
 if TYPE_CHECKING:  # imported where used: a run without --jetmem-against loads no handle, measure or numpy
     from pytest_jetmem.measure.duet import Duet
-    from pytest_jetmem.measure.record import MeasurementRecord
+    from pytest_jetmem.measure.record import MeasurementRecord, NotCompared, RecordBuilder
+    from pytest_jetmem.plugin.sessions import GateSession
 
 SIDE_ENV = "PYTEST_JETMEM_AGAINST_SIDE"  # "0" (base) or "1" (change): this process is a child
 CHANNEL_ENV = "PYTEST_JETMEM_AGAINST_CHANNEL"
@@ -289,7 +290,7 @@ class InTurns:
     def __init__(self, parent: AgainstParent) -> None:
         self.parent = parent
 
-    def run(self, item: pytest.Function, body: Callable[[], object]) -> None:
+    def run(self, item: pytest.Function) -> None:
         parent = self.parent
         try:
             change, base = parent.run(item)
@@ -297,6 +298,9 @@ class InTurns:
             parent.error = str(exc)
             pytest.fail(f"{item.nodeid}: --jetmem-against={parent.ref}: {exc}", pytrace=False)
         judge(item, parent, change, base)
+
+    def body_raised(self, item: pytest.Function, exc: Exception) -> None:
+        return None
 
     def settle(self, item: pytest.Function) -> None:
         return None
@@ -312,60 +316,113 @@ def runner(item: pytest.Function) -> InTurns | None:
 
 def judge(item: pytest.Function, parent: AgainstParent, change: dict[str, Any], base: dict[str, Any] | None) -> None:
     """The change's outcome is the test's; each measurement the two sides took in turns is compared."""
-    from pytest_jetmem.measure.compare import compare_paired
-    from pytest_jetmem.measure.record import Against, NotCompared, NotComparedWhy, RecordBuilder, RecordVerdict
-
-    outcome, message = change.get("outcome"), str(change.get("message", ""))
-    if outcome == "missing":
-        pytest.fail(f"{item.nodeid}: the change's pytest has no such test", pytrace=False)
-    if outcome == "skipped":
-        pytest.skip(message)
+    outcome, message = _change_outcome(item, change)
     gate = gate_session(item.config)
     spec = item_spec(item)
-    try:
-        change_records = _records(change)
-        base_records = {(r.mode, r.key): r for r in _records(base)}
-    except RecordError as exc:  # a base tree with another pytest-jetmem, say
-        pytest.fail(
-            f"{item.nodeid}: --jetmem-against={parent.ref}: a side's measurements cannot be read: {exc}", pytrace=False
-        )
-    failures: list[str] = []
-    for change_record in change_records:
-        record = RecordBuilder.judging(change_record, item.nodeid)
-        record.against = Against(parent.base.label)
-        other = base_records.get((record.identity.mode, record.identity.key))
-        rounds = record.statistics.run_rounds
-        if base is None:
-            record.baseline = NotCompared(NotComparedWhy.ONLY_IN_CHANGE, "only in the change: not compared")
-        elif base.get("outcome") != "passed":
-            record.baseline = NotCompared(
-                NotComparedWhy.BASE_NOT_PASSED, f"the base {base.get('outcome')}: not compared"
-            )
-        elif other is None:
-            record.baseline = NotCompared(NotComparedWhy.NOT_IN_BASE, "not measured in the base: not compared")
-        elif not rounds or len(rounds) != len(other.statistics.run_rounds):
-            record.baseline = NotCompared(NotComparedWhy.NOT_IN_TURNS, "measured alone, not in turns: not compared")
-        else:
-            parent.judged += 1
-            record.against = Against(parent.base.label, other.statistics.samples)
-            cmp = compare_paired(other.statistics.run_rounds, rounds, gate.fail_pct if gate else 5.0)
-            cmp = at_other_clocks(
-                cmp, clock_mhz(other.conditions.clocks), clock_mhz(record.conditions.clocks), then="the base"
-            )
-            cmp = over_pcie(cmp, record.identity.mode, change.get("integrated"))
-            if other.conditions.throttled and not record.conditions.throttled:
-                # either side throttled: the pair is not comparable
-                record.conditions = replace(record.conditions, throttled=other.conditions.throttled)
-            judged = spec is not None and spec.baseline and outcome == "passed"
-            if gate is not None:
-                failure = apply_comparison(item, gate, record, cmp, judged=judged)
-                if failure:
-                    failures.append(failure)
-        publish_record(item, record.build(RecordVerdict.REPORTED if spec is None else RecordVerdict.OK))
+    change_records, base_records = _side_records(item, parent, change, base)
+    judged = spec is not None and spec.baseline and outcome == "passed"
+    judging = _Judging(item, parent, change, base, base_records, gate, marked=spec is not None, judged=judged)
+    failures = [failure for failure in map(judging.one, change_records) if failure]
     if outcome != "passed":
         pytest.fail(f"{item.nodeid} failed in the change:\n{message}", pytrace=False)
     if failures:
         pytest.fail("\n".join(failures), pytrace=False)
+
+
+def _change_outcome(item: pytest.Function, change: Mapping[str, object]) -> tuple[str, str]:
+    """The change's outcome and message; a test the change lacks fails here, one it skipped skips."""
+    outcome, message = str(change.get("outcome")), str(change.get("message", ""))
+    if outcome == "missing":
+        pytest.fail(f"{item.nodeid}: the change's pytest has no such test", pytrace=False)
+    if outcome == "skipped":
+        pytest.skip(message)
+    return outcome, message
+
+
+def _side_records(
+    item: pytest.Function, parent: AgainstParent, change: Mapping[str, object], base: Mapping[str, object] | None
+) -> tuple[list[MeasurementRecord], dict[tuple[str, str], MeasurementRecord]]:
+    """The change's records, and the base's by (mode, key); a side's rows that cannot be read fail the test."""
+    try:
+        return _records(change), {(r.mode, r.key): r for r in _records(base)}
+    except RecordError as exc:  # a base tree with another pytest-jetmem, say
+        pytest.fail(
+            f"{item.nodeid}: --jetmem-against={parent.ref}: a side's measurements cannot be read: {exc}", pytrace=False
+        )
+
+
+def _why_not_compared(
+    base: Mapping[str, object] | None, other: MeasurementRecord | None, rounds: Sequence[object]
+) -> NotCompared | None:
+    """Why one of the change's measurements (its paired ``rounds``) is not compared with the base's ``other``
+    (None: it is)."""
+    from pytest_jetmem.measure.record import NotCompared, NotComparedWhy
+
+    if base is None:
+        return NotCompared(NotComparedWhy.ONLY_IN_CHANGE, "only in the change: not compared")
+    if base.get("outcome") != "passed":
+        return NotCompared(NotComparedWhy.BASE_NOT_PASSED, f"the base {base.get('outcome')}: not compared")
+    if other is None:
+        return NotCompared(NotComparedWhy.NOT_IN_BASE, "not measured in the base: not compared")
+    if not rounds or len(rounds) != len(other.statistics.run_rounds):
+        return NotCompared(NotComparedWhy.NOT_IN_TURNS, "measured alone, not in turns: not compared")
+    return None
+
+
+@dataclass
+class _Judging:
+    """One test's judging under ``--jetmem-against``: the two sides' answers, the base's records by (mode, key),
+    the gate (None: no gate session), whether the test is marked and whether its comparisons decide it."""
+
+    item: pytest.Function
+    parent: AgainstParent
+    change: Mapping[str, object]
+    base: Mapping[str, object] | None
+    base_records: dict[tuple[str, str], MeasurementRecord]
+    gate: GateSession | None
+    marked: bool
+    judged: bool
+
+    def one(self, change_record: MeasurementRecord) -> str | None:
+        """Compare one of the change's measurements with the base's and publish its record; the failure it gives
+        the test (None: none)."""
+        from pytest_jetmem.measure.record import Against, RecordBuilder, RecordVerdict
+
+        record = RecordBuilder.judging(change_record, self.item.nodeid)
+        record.against = Against(self.parent.base.label)
+        other = self.base_records.get((record.identity.mode, record.identity.key))
+        why_not = _why_not_compared(self.base, other, record.statistics.run_rounds)
+        failure = None
+        if why_not is None and other is not None:
+            failure = self._compare(record, other)
+        else:
+            record.baseline = why_not
+        publish_record(self.item, record.build(RecordVerdict.OK if self.marked else RecordVerdict.REPORTED))
+        return failure
+
+    def _compare(self, record: RecordBuilder, other: MeasurementRecord) -> str | None:
+        """Judge ``record``'s paired rounds against the base's ``other``; the failure it gives the test."""
+        from pytest_jetmem.measure.compare import compare_paired
+        from pytest_jetmem.measure.defaults import DEFAULT_FAIL_PCT
+        from pytest_jetmem.measure.record import Against
+
+        self.parent.judged += 1
+        record.against = Against(self.parent.base.label, other.statistics.samples)
+        gate = self.gate
+        threshold = gate.fail_pct if gate else DEFAULT_FAIL_PCT
+        cmp = compare_paired(other.statistics.run_rounds, record.statistics.run_rounds, threshold)
+        cmp = at_other_clocks(cmp, clock_mhz(other.conditions.clocks), clock_mhz(record.conditions.clocks), "the base")
+        cmp = over_pcie(cmp, record.identity.mode, _integrated(self.change))
+        if other.conditions.throttled and not record.conditions.throttled:
+            # either side throttled: the pair is not comparable
+            record.conditions = replace(record.conditions, throttled=other.conditions.throttled)
+        return apply_comparison(self.item, gate, record, cmp, judged=self.judged) if gate is not None else None
+
+
+def _integrated(answer: Mapping[str, object]) -> bool | None:
+    """Whether a side's GPU is integrated, from its answer (None: not known)."""
+    integrated = answer.get("integrated")
+    return integrated if isinstance(integrated, bool) else None
 
 
 def _records(result: Mapping[str, object] | None) -> list[MeasurementRecord]:
@@ -399,31 +456,41 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     if parent is None:
         return
     summaries = ([parent.summary()] if parent.children or parent.no_gpu else []) + parent.worker_summaries
+    if summaries:
+        _say_compared(terminalreporter, _say_no_gpu(terminalreporter, parent, summaries))
+
+
+def _say_no_gpu(tr: Any, parent: AgainstParent, summaries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Say, once, that nothing was compared where no GPU could be used (on the xdist controller too: every worker
+    found the same); the summaries of the pairs that had one."""
+    no_gpu = next((s["no_gpu"] for s in summaries if s.get("no_gpu")), None)
+    if no_gpu is None:
+        return summaries
+    tr.write_line(
+        f"jetmem: against {summaries[0]['label']}: nothing compared: --jetmem-against={parent.ref} needs a "
+        f"GPU for the base and the change to take turns on, and none can be used here ({no_gpu}); the tests "
+        "ran in this tree alone, as without --jetmem-against",
+        yellow=True,
+    )
+    return [s for s in summaries if not s.get("no_gpu")]
+
+
+def _say_compared(tr: Any, summaries: list[dict[str, Any]]) -> None:
+    """Say how many measurements the pairs compared, and which tests only one side has."""
     if not summaries:
         return
-    tr = terminalreporter
-    no_gpu = next((s["no_gpu"] for s in summaries if s.get("no_gpu")), None)
-    if no_gpu is not None:  # said once, on the xdist controller too (every worker found the same)
-        tr.write_line(
-            f"jetmem: against {summaries[0]['label']}: nothing compared: --jetmem-against={parent.ref} needs a "
-            f"GPU for the base and the change to take turns on, and none can be used here ({no_gpu}); the tests "
-            "ran in this tree alone, as without --jetmem-against",
-            yellow=True,
-        )
-        summaries = [s for s in summaries if not s.get("no_gpu")]
-        if not summaries:
-            return
     judged = sum(int(s["judged"]) for s in summaries)
     pairs = f" ({len(summaries)} pairs, one per xdist worker)" if len(summaries) > 1 else ""
     tr.write_line(
         f"jetmem: against {summaries[0]['label']}: {judged} measurements compared in turns on the same GPU{pairs}"
     )
-    only_change = sorted({n for s in summaries for n in s["only_in_change"]})
-    if only_change:
-        tr.write_line(f"jetmem: only in the change (reported, not judged): {', '.join(only_change)}")
-    only_base = sorted({n for s in summaries for n in s["only_in_base"]})
-    if only_base:
-        tr.write_line(f"jetmem: only in the base (not run): {', '.join(only_base)}")
+    for key, what in (
+        ("only_in_change", "only in the change (reported, not judged)"),
+        ("only_in_base", "only in the base (not run)"),
+    ):
+        nodeids = sorted({n for s in summaries for n in s[key]})
+        if nodeids:
+            tr.write_line(f"jetmem: {what}: {', '.join(nodeids)}")
 
 
 # -- a child ------------------------------------------------------------------------------------------------------

@@ -33,7 +33,7 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -160,8 +160,11 @@ class IsolatedChild:
         self.spec = spec
         self.state = state
 
-    def run(self, item: pytest.Function, body: Callable[[], object]) -> None:
+    def run(self, item: pytest.Function) -> None:
         _run_in_child(item, self.spec, self.state)
+
+    def body_raised(self, item: pytest.Function, exc: Exception) -> None:
+        return None
 
     def settle(self, item: pytest.Function) -> None:
         return None

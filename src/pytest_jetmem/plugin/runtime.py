@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -39,8 +40,16 @@ from pytest_jetmem.plugin.sessions import (
 
 if TYPE_CHECKING:  # imported where used: a run without jetmem tests imports no handle, measure or numpy
     from pytest_jetmem.handle import Jetmem
-    from pytest_jetmem.measure.baseline import Baseline
-    from pytest_jetmem.measure.record import MeasurementRecord, NotCompared
+    from pytest_jetmem.measure.baseline import Baseline, Entry
+    from pytest_jetmem.measure.compare import Comparison
+    from pytest_jetmem.measure.record import (
+        BaselineComparison,
+        MeasurementRecord,
+        NotCompared,
+        RecordBuilder,
+        RecordVerdict,
+    )
+    from pytest_jetmem.measure.timing import Measurement
 
 MARKER = markers.RUNTIME
 AMBIGUOUS_POLICIES = ("pass", "warn", "fail")
@@ -85,8 +94,9 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     set_gate_session(config, gate)
     config.pluginmanager.register(_RowCollector(gate), "jetmem-rows")
+    config.pluginmanager.register(_Interruptions(config), "jetmem-interruptions")
     if config.pluginmanager.hasplugin("xdist"):
-        config.pluginmanager.register(_XdistHooks(gate), "jetmem-xdist")
+        config.pluginmanager.register(_XdistHooks(gate, config), "jetmem-xdist")
 
 
 class _RowCollector:
@@ -103,10 +113,12 @@ class _RowCollector:
 
 
 class _XdistHooks:
-    """Give every xdist worker the controller's session id, so their baseline entries merge."""
+    """Give every xdist worker the controller's session id, so their baseline entries merge; hear what each
+    worker's session could not say itself (errors, counters missed, an interruption)."""
 
-    def __init__(self, state: GateSession) -> None:
+    def __init__(self, state: GateSession, config: pytest.Config) -> None:
         self.state = state
+        self.config = config
 
     def pytest_configure_node(self, node: Any) -> None:
         node.workerinput["jetmem_session"] = self.state.session_id
@@ -117,6 +129,8 @@ class _XdistHooks:
             if err not in self.state.errors:
                 self.state.errors.append(err)
         _add_counter_misses(self.state, output.get("jetmem_counter_misses") or {})
+        if output.get("jetmem_interrupted"):  # that worker saved nothing: the run says so
+            self.config.stash[_INTERRUPTED] = str(output["jetmem_interrupted"])
 
 
 def _ambiguous_policy(config: pytest.Config) -> str:
@@ -182,19 +196,27 @@ def judge_body(pyfuncitem: pytest.Function) -> None:
         return
     from pytest_jetmem.handle import Jetmem
 
-    if isinstance(handle, Jetmem) and handle.measurements:
-        spec = item_spec(pyfuncitem)
-        runs = (spec.runs if spec and spec.runs else None) or _gate(pyfuncitem.config).runs
-        if runs > 1:
-            try:
-                more_runs(pyfuncitem, handle, runs - 1)
-            except pytest.fail.Exception as exc:
-                if spec is not None:
-                    raise
-                warnings.warn(f"jetmem: {pyfuncitem.nodeid}: kept a single run: {exc.msg}", stacklevel=1)
-        failures = _judge(pyfuncitem, handle, spec)
-        if failures:
-            pytest.fail("\n".join(failures), pytrace=False)
+    if not isinstance(handle, Jetmem) or not handle.measurements:
+        return
+    spec = item_spec(pyfuncitem)
+    _extra_runs(pyfuncitem, handle, spec)
+    failures = _judge(pyfuncitem, handle, spec)
+    if failures:
+        pytest.fail("\n".join(failures), pytrace=False)
+
+
+def _extra_runs(item: pytest.Function, handle: Jetmem, spec: RuntimeSpec | None) -> None:
+    """Run the body again with fresh allocations as the marker's ``runs`` (else ``--jetmem-runs``) asks; where an
+    extra run fails, a marked test fails and an unmarked one keeps its single run with a warning."""
+    runs = (spec.runs if spec and spec.runs else None) or _gate(item.config).runs
+    if runs <= 1:
+        return
+    try:
+        more_runs(item, handle, runs - 1)
+    except pytest.fail.Exception as exc:
+        if spec is not None:
+            raise
+        warnings.warn(f"jetmem: {item.nodeid}: kept a single run: {exc.msg}", stacklevel=1)
 
 
 def _no_baseline(name: str, path: object) -> NotCompared:
@@ -235,77 +257,133 @@ def _baseline(config: pytest.Config) -> tuple[Baseline | None, NotCompared | Non
     return state.baseline, None
 
 
-def _judge(item: pytest.Function, handle: Jetmem, spec: RuntimeSpec | None) -> list[str]:
-    from pytest_jetmem.measure.baseline import Entry, entry_key
-    from pytest_jetmem.measure.compare import compare_sessions
-    from pytest_jetmem.measure.record import NotCompared, NotComparedWhy, RecordBuilder, RecordVerdict, SideBySide
+@dataclass(frozen=True)
+class _Judging:
+    """What judging one item's measurements shares: the item, its handle and spec, its side-by-side ratios (by
+    call index) and the baseline to compare with (or why there is none)."""
 
-    state = _gate(item.config)
-    failures: list[str] = []
+    item: pytest.Function
+    handle: Jetmem
+    spec: RuntimeSpec
+    ratios: dict[int, tuple[Any, ...]]
+    base: Baseline | None
+    base_note: NotCompared | None
+
+    @property
+    def reference(self) -> bool:
+        """The item runs in its ``max_ratio``'s reference mode: its ratio is 1 by definition, so judges nothing."""
+        return self.spec.max_ratio is not None and self.handle.mode == self.spec.relative_to
+
+
+def _judge(item: pytest.Function, handle: Jetmem, spec: RuntimeSpec | None) -> list[str]:
+    """Judge every measurement of ``item`` (``spec`` None: unmarked, reported with the defaults, never judged),
+    keep its baseline entry and publish its record; the failure messages."""
+    from pytest_jetmem.measure.record import RecordBuilder
+
     marked = spec is not None
-    spec = spec or RuntimeSpec()  # unmarked: reported with the defaults, never judged
-    judged = [m for m in handle.measurements if spec.selects(m.label, m.scope)]
+    spec = spec or RuntimeSpec()
     ratios = side_by_side(item, handle, spec) if spec.max_ratio is not None else {}
-    # the item in max_ratio's reference mode: its ratio is 1 by definition, so max_ratio judges nothing there
-    reference = spec.max_ratio is not None and handle.mode == spec.relative_to
-    base, base_note = _baseline(item.config)
+    judging = _Judging(item, handle, spec, ratios, *_baseline(item.config))
+    failures: list[str] = []
     for i, m in enumerate(handle.measurements):
         record = RecordBuilder.measured(item.nodeid, m)
-        is_judged = marked and m in judged
-        compared = False
-        if is_judged and spec.max_ms is not None and m.median > spec.max_ms:
-            failures.append(f"{m.describe()}: median above max_ms={spec.max_ms:g}")
-            record.verdict = RecordVerdict.FAIL_MAX_MS
-        if i in ratios and spec.relative_to is not None:
-            ratio, lo, hi, own_median, ref_median, n = ratios[i]
-            record.ratio = SideBySide(float(ratio), (float(lo), float(hi)), spec.relative_to, float(ref_median))
-            if is_judged and not reference and spec.max_ratio is not None and ratio > spec.max_ratio:
-                failures.append(
-                    f"{m.mode} {m.key}: {m.mode}/{spec.relative_to} = {ratio:.3f} (99% CI {lo:.3f}..{hi:.3f}; "
-                    f"medians {own_median:.4g} vs {ref_median:.4g} ms, {n} interleaved samples each) "
-                    f"> max_ratio={spec.max_ratio:g}"
-                )
-                record.verdict = RecordVerdict.FAIL_RATIO
-        key = entry_key(item.nodeid, m.mode, m.key)
-        runs = tuple(map(tuple, m.runs))
-        sm_mhz = clock_mhz(record.conditions.clocks)
-        state.entries[key] = Entry(
-            item.nodeid,
-            m.mode,
-            m.key,
-            tuple(m.samples),
-            m.first_call_ms,
-            runs=runs,
-            run_sessions=(state.session_id,) * len(runs) if runs else (),
-            sm_mhz=sm_mhz,
-        )
-        if state.compare_name is not None:
-            if base is None:
-                record.baseline = base_note
-                if (
-                    state.strict_machine
-                    and base_note is not None
-                    and base_note.why is NotComparedWhy.OTHER_MACHINE
-                    and is_judged
-                    and spec.baseline
-                ):
-                    failures.append(f"jetmem: {base_note.text}")
-            else:
-                entry = base.entry(key)
-                if entry is None:
-                    record.baseline = NotCompared(NotComparedWhy.NEW, "new (not in baseline)")
-                else:
-                    cmp = compare_sessions(entry.sessions(), m.runs or [m.samples], state.fail_pct)
-                    cmp = at_other_clocks(cmp, entry.sm_mhz, sm_mhz)
-                    cmp = over_pcie(cmp, m.mode, handle.device.integrated)
-                    compared = is_judged and spec.baseline
-                    failure = apply_comparison(item, state, record, cmp, judged=compared)
-                    if failure:
-                        failures.append(failure)
-        if is_judged and reference and spec.max_ms is None and not compared and record.verdict is None:
-            record.verdict = RecordVerdict.REFERENCE  # said in the table and JUnit, not passed off as "ok"
-        publish_record(item, record.build(RecordVerdict.OK if is_judged else RecordVerdict.REPORTED))
+        _remember(_gate(item.config), item.nodeid, m, clock_mhz(record.conditions.clocks))
+        failures += _judge_one(judging, i, m, record, judged=marked and spec.selects(m.label, m.scope))
+        publish_record(item, record.build())
     return failures
+
+
+def _remember(state: GateSession, nodeid: str, m: Measurement, sm_mhz: float | None) -> None:
+    """Keep measurement ``m`` of test ``nodeid`` as this session's baseline entry (saved by ``--jetmem-save``)."""
+    from pytest_jetmem.measure.baseline import Entry, entry_key
+
+    runs = tuple(map(tuple, m.runs))
+    state.entries[entry_key(nodeid, m.mode, m.key)] = Entry(
+        nodeid,
+        m.mode,
+        m.key,
+        tuple(m.samples),
+        m.first_call_ms,
+        runs=runs,
+        run_sessions=(state.session_id,) * len(runs),
+        sm_mhz=sm_mhz,
+    )
+
+
+def _judge_one(judging: _Judging, i: int, m: Measurement, record: RecordBuilder, *, judged: bool) -> list[str]:
+    """Judge measurement ``i`` (``m``) into ``record`` by the gate's criteria: ``max_ms``, ``max_ratio``, the
+    baseline; the failure messages (a later criterion's verdict wins the record)."""
+    from pytest_jetmem.measure.gate import final_verdict, max_ms_failure
+    from pytest_jetmem.measure.record import RecordVerdict
+
+    max_ms = judging.spec.max_ms
+    failures = [
+        _failed(record, max_ms_failure(m.describe(), m.median, max_ms) if judged else None, RecordVerdict.FAIL_MAX_MS),
+        _failed(record, _ratio(judging, i, m, record, judged=judged), RecordVerdict.FAIL_RATIO),
+    ]
+    compared, failure = _against_baseline(judging, m, record, judged=judged)
+    record.verdict = final_verdict(
+        record.verdict, judged=judged, reference_only=judging.reference and max_ms is None, compared=compared
+    )
+    return [f for f in (*failures, failure) if f]
+
+
+def _failed(record: RecordBuilder, failure: str | None, verdict: RecordVerdict) -> str | None:
+    """``failure``, with ``verdict`` put on ``record`` where there is one."""
+    if failure is not None:
+        record.verdict = verdict
+    return failure
+
+
+def _ratio(judging: _Judging, i: int, m: Measurement, record: RecordBuilder, *, judged: bool) -> str | None:
+    """The side-by-side ratio of measurement ``i`` into ``record``; its ``max_ratio`` failure where judged."""
+    from pytest_jetmem.measure.gate import RatioFigures, ratio_failure
+    from pytest_jetmem.measure.record import SideBySide
+
+    relative_to, raw = judging.spec.relative_to, judging.ratios.get(i)
+    if raw is None or relative_to is None:
+        return None
+    figures = RatioFigures.of(raw)
+    record.ratio = SideBySide(figures.ratio, (figures.low, figures.high), relative_to, figures.reference_median)
+    if not judged or judging.reference:
+        return None
+    return ratio_failure(m.mode, m.key, relative_to, figures, judging.spec.max_ratio)
+
+
+def _against_baseline(
+    judging: _Judging, m: Measurement, record: RecordBuilder, *, judged: bool
+) -> tuple[bool, str | None]:
+    """``--jetmem-compare``: measurement ``m`` compared with its baseline entry into ``record``; whether it was
+    judged by the comparison, and its failure message (None: it passes, or nothing was compared)."""
+    from pytest_jetmem.measure.baseline import entry_key
+    from pytest_jetmem.measure.gate import strict_machine_failure
+    from pytest_jetmem.measure.record import NotCompared, NotComparedWhy
+
+    state = _gate(judging.item.config)
+    if state.compare_name is None:
+        return False, None
+    takes_part = judged and judging.spec.baseline
+    if judging.base is None:
+        record.baseline = judging.base_note
+        return False, strict_machine_failure(judging.base_note, strict=state.strict_machine) if takes_part else None
+    entry = judging.base.entry(entry_key(judging.item.nodeid, m.mode, m.key))
+    if entry is None:
+        record.baseline = NotCompared(NotComparedWhy.NEW, "new (not in baseline)")
+        return False, None
+    cmp = _comparison(state, entry, m, record, integrated=judging.handle.device.integrated)
+    return takes_part, apply_comparison(judging.item, state, record, cmp, judged=takes_part)
+
+
+def _comparison(
+    state: GateSession, entry: Entry, m: Measurement, record: RecordBuilder, *, integrated: bool | None
+) -> Comparison:
+    """``m`` against its baseline entry: the sessions' noise, then the calls a comparison cannot make (other clocks,
+    zero-copy over PCIe on a discrete GPU)."""
+    from pytest_jetmem.measure.compare import compare_sessions
+
+    cmp = compare_sessions(entry.sessions(), m.runs or [m.samples], state.fail_pct)
+    cmp = at_other_clocks(cmp, entry.sm_mhz, clock_mhz(record.conditions.clocks))
+    return over_pcie(cmp, m.mode, integrated)
 
 
 def publish(item: pytest.Item, call: pytest.CallInfo[None], report: pytest.TestReport) -> None:
@@ -319,32 +397,74 @@ def publish(item: pytest.Item, call: pytest.CallInfo[None], report: pytest.TestR
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     config = session.config
     state = _gate(config)
-    if state.save and state.entries:
-        machine = state.machine()
-        if machine is not None:
-            try:
-                state.store.save(
-                    state.save,
-                    machine,
-                    state.entries,
-                    state.session_id,
-                    overwrite=state.overwrite,
-                    append=not state.overwrite,
-                    window=state.window,
-                )
-            except BaselineError as exc:
-                hint = " (pass --jetmem-overwrite to replace it)" if exc.kind is BaselineErrorKind.CANNOT_ADD else ""
-                state.errors.append(f"--jetmem-save: {exc}{hint}")
-                session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    _save_baseline(session, state)
     _add_counter_misses(state, _counter_misses(state))
     workeroutput = getattr(config, "workeroutput", None)
     if workeroutput is not None:
         workeroutput["jetmem_errors"] = list(state.errors)  # the controller reports them and fails the run
         workeroutput["jetmem_counter_misses"] = state.counter_misses  # the controller says them, once
+        workeroutput["jetmem_interrupted"] = session_interrupted(config)  # the controller says nothing was saved
     elif state.errors:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
     if state.benchmark_json and state.rows and not hasattr(config, "workerinput"):
         _write_benchmark_json(session, state, state.benchmark_json)
+
+
+def _save_baseline(session: pytest.Session, state: GateSession) -> None:
+    """``--jetmem-save``: this process's entries merged into the baseline, unless the session was interrupted
+    (:func:`session_interrupted`: the file stays as it was) or nothing was measured; a refusal is an error of the
+    run that says how to get past it."""
+    if not state.save or not state.entries or session_interrupted(session.config):
+        return
+    machine = state.machine()
+    if machine is None:
+        return
+    try:
+        state.store.save(
+            state.save,
+            machine,
+            state.entries,
+            state.session_id,
+            overwrite=state.overwrite,
+            append=not state.overwrite,
+            window=state.window,
+        )
+    except BaselineError as exc:
+        hint = " (pass --jetmem-overwrite to replace it)" if exc.kind is BaselineErrorKind.CANNOT_ADD else ""
+        state.errors.append(f"--jetmem-save: {exc}{hint}")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+# -- an interrupted session keeps nothing ------------------------------------------------------------------------
+_INTERRUPTED = pytest.StashKey[str]()
+
+
+class _Interruptions:
+    """Notes what interrupted the session (``pytest_keyboard_interrupt`` is told no config)."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+
+    def pytest_keyboard_interrupt(self, excinfo: pytest.ExceptionInfo[BaseException]) -> None:
+        # Ctrl-C raises KeyboardInterrupt itself; the runners' subclasses (pytest's Session.Interrupted, xdist's
+        # Interrupted) are the stops a run asks for
+        if excinfo.type is KeyboardInterrupt or isinstance(excinfo.value, pytest.exit.Exception):
+            self.config.stash[_INTERRUPTED] = excinfo.typename
+
+
+def session_interrupted(config: pytest.Config) -> str | None:
+    """What interrupted this session, or None where it is complete enough to keep its results (a baseline; the
+    results store asks the same).
+
+    Interrupted: the session ended on a ``KeyboardInterrupt`` (Ctrl-C, or raised by a test or a plugin) or on
+    ``pytest.exit()``, here or, under xdist, on a worker: the tests after it never ran, so what it measured is not
+    the session it claims to be. Not interrupted: a stop the run asked for (``-x``/``--maxfail``, ``--stepwise``,
+    collection errors: pytest's ``Session.Interrupted`` and xdist's ``Interrupted``, whose exit status is 2 too):
+    the tests that ran, ran to their end, and they are kept. Under xdist an interrupted worker keeps nothing and
+    the controller says so; workers the interruption did not reach (a KeyboardInterrupt raised by one test, not
+    Ctrl-C) end normally and still save theirs.
+    """
+    return config.stash.get(_INTERRUPTED, None)
 
 
 def _counter_misses(state: GateSession) -> dict[str, dict[str, int]]:
@@ -390,18 +510,7 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     state = _gate(config)
     tr = terminalreporter
     if state.rows:
-        tr.section("jetmem runtimes")
-        for line in format_table(state.rows):
-            tr.write_line(line)
-        if state.save and not state.errors:
-            tr.write_line(f"jetmem: saved baseline {state.save!r} in {state.store.directory}")
-        from pytest_jetmem.machine.jetson import for_device, read_jetson_state, sysroot, timing_warnings
-
-        after = read_jetson_state(sysroot())
-        integrated = state.device.probed_info.integrated if state.device.probed_info is not None else None
-        if state.jetson_before is not None and for_device(state.jetson_before, integrated).is_jetson:
-            for w in timing_warnings(state.jetson_before, after):
-                tr.write_line(f"jetmem: warning: {w}", yellow=True)
+        _runtimes_section(tr, state, session_interrupted(config))
     if state.counter_misses:
         from pytest_jetmem.cuda.counters import missed_note
 
@@ -409,17 +518,48 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
             tr.write_line(f"jetmem: {missed_note(reason, per_mode)}", yellow=True)
     if state.baseline_skip is not None:  # also where nothing was measured (no GPU): a missing baseline is never silent
         tr.write_line(f"jetmem: {state.baseline_skip.text}", yellow=True)
-    _nothing_saved_note(tr, state)
+    _nothing_saved_note(tr, state, session_interrupted(config))
     for err in state.errors:
         tr.write_line(f"jetmem: error: {err}", red=True)
 
 
-def _nothing_saved_note(tr: Any, state: GateSession) -> None:
+def _runtimes_section(tr: Any, state: GateSession, interrupted: str | None) -> None:
+    """The "jetmem runtimes" section: the table, what became of ``--jetmem-save``, the Jetson's timing warnings."""
+    tr.section("jetmem runtimes")
+    for line in format_table(state.rows):
+        tr.write_line(line)
+    if state.save and interrupted:
+        tr.write_line(_not_saved(state.save), yellow=True)
+    elif state.save and not state.errors:
+        tr.write_line(f"jetmem: saved baseline {state.save!r} in {state.store.directory}")
+    for w in _jetson_warnings(state):
+        tr.write_line(f"jetmem: warning: {w}", yellow=True)
+
+
+def _not_saved(name: str) -> str:
+    return f"jetmem: the session was interrupted: baseline {name!r} not saved"
+
+
+def _jetson_warnings(state: GateSession) -> list[str]:
+    """What changed on a Jetson between the first measurement and now that bears on the timings (none elsewhere)."""
+    from pytest_jetmem.machine.jetson import for_device, read_jetson_state, sysroot, timing_warnings
+
+    before = state.jetson_before
+    integrated = state.device.probed_info.integrated if state.device.probed_info is not None else None
+    if before is None or not for_device(before, integrated).is_jetson:
+        return []
+    return list(timing_warnings(before, read_jetson_state(sysroot())))
+
+
+def _nothing_saved_note(tr: Any, state: GateSession, interrupted: str | None) -> None:
     """Say that ``--jetmem-save`` saved nothing, or ``--jetmem-compare`` compared nothing, where no test measured
     anything (the controller sees every row)."""
     if state.save and not state.rows:
         tr.write_line(
-            f"jetmem: --jetmem-save={state.save}: nothing was measured, so no baseline was saved", yellow=True
+            _not_saved(state.save)
+            if interrupted
+            else f"jetmem: --jetmem-save={state.save}: nothing was measured, so no baseline was saved",
+            yellow=True,
         )
     if state.compare_name and not state.rows and state.baseline_skip is None:
         tr.write_line(
@@ -428,55 +568,64 @@ def _nothing_saved_note(tr: Any, state: GateSession) -> None:
         )
 
 
+_TABLE_HEADER = (
+    "test",
+    "mode",
+    "what",
+    "median ms",
+    "MAD ms",
+    "n",
+    "ratio",
+    "first call ms",
+    "vs baseline",
+    "verdict",
+)
+
+
 def format_table(rows: Sequence[MeasurementRecord]) -> list[str]:
-    """One row per test, mode and measurement: median, spread, ratio, first call, baseline delta, verdict."""
+    """One row per test, mode and measurement: median, spread, ratio, first call, baseline delta, verdict (and the
+    unified-memory counters where any were counted: no column of zeros where nothing was)."""
+    counted = any(r.counters is not None for r in rows)
+    header = (*_TABLE_HEADER, "unified memory") if counted else _TABLE_HEADER
+    return _aligned(header, [_cells(r, counted=counted) for r in rows])
+
+
+def _cells(r: MeasurementRecord, *, counted: bool) -> tuple[str, ...]:
+    """The table's cells of record ``r``."""
+    stats, judgement = r.statistics, r.judgement
+    side = judgement.ratio
+    cells = (
+        r.nodeid.rsplit("::", 1)[-1],
+        r.mode,
+        r.key,
+        f"{stats.median:.4g}",
+        f"{stats.mad:.2g}",
+        str(stats.n),
+        f"{side.ratio:.2f}x {side.relative_to}" if side is not None else "",
+        f"{stats.first_call_ms:.4g}" if stats.first_call_ms is not None else "",
+        _baseline_cell(judgement.baseline)[:40],
+        judgement.verdict.value,
+    )
+    if not counted:
+        return cells
+    return (*cells, r.counters.summary() if r.counters is not None else "")
+
+
+def _baseline_cell(cmp: BaselineComparison | NotCompared | None) -> str:
+    """The "vs baseline" cell: the change and its verdict, or why nothing was compared."""
     from pytest_jetmem.measure.record import BaselineComparison
 
-    header: tuple[str, ...] = (
-        "test",
-        "mode",
-        "what",
-        "median ms",
-        "MAD ms",
-        "n",
-        "ratio",
-        "first call ms",
-        "vs baseline",
-        "verdict",
-    )
-    counted = any(r.counters is not None for r in rows)  # no column where nothing was counted: never zeros
-    if counted:
-        header = (*header, "unified memory")
-    body = []
-    for r in rows:
-        stats, judgement = r.statistics, r.judgement
-        side = judgement.ratio
-        ratio = f"{side.ratio:.2f}x {side.relative_to}" if side is not None else ""
-        cmp = judgement.baseline
-        if isinstance(cmp, BaselineComparison):
-            base = f"{cmp.change_pct:+.1f}% {cmp.verdict.value}"
-        else:
-            base = cmp.text if cmp is not None else ""
-        first = f"{stats.first_call_ms:.4g}" if stats.first_call_ms is not None else ""
-        body.append(
-            (
-                r.nodeid.rsplit("::", 1)[-1],
-                r.mode,
-                r.key,
-                f"{stats.median:.4g}",
-                f"{stats.mad:.2g}",
-                str(stats.n),
-                ratio,
-                first,
-                base[:40],
-                judgement.verdict.value,
-                *((r.counters.summary() if r.counters is not None else "",) if counted else ()),
-            )
-        )
+    if isinstance(cmp, BaselineComparison):
+        return f"{cmp.change_pct:+.1f}% {cmp.verdict.value}"
+    return cmp.text if cmp is not None else ""
+
+
+def _aligned(header: tuple[str, ...], body: list[tuple[str, ...]]) -> list[str]:
+    """``header``, a dashed line and ``body`` in left-aligned columns; the last column ragged (no padding after)."""
     widths = [max(len(h), *(len(b[i]) for b in body)) for i, h in enumerate(header)]
     fmt = "  ".join(f"{{:<{w}}}" for w in widths)
     lines = [fmt.format(*header), fmt.format(*("-" * w for w in widths)), *(fmt.format(*b) for b in body)]
-    return [line.rstrip() for line in lines]  # the last column is ragged: no padding after it
+    return [line.rstrip() for line in lines]
 
 
 __all__ = ["format_table"]

@@ -14,10 +14,13 @@ import base64
 import html
 import io
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from pytest_jetmem.cuda.modes import find_mode, registered
-from pytest_jetmem.report.rows import Group, Trends, finite, has_trend
+from pytest_jetmem.measure.record import MeasurementRecord, Statistics
+from pytest_jetmem.report.rows import Group, TrendPoint, Trends, finite, has_trend
 
 __all__ = [
     "CHART_BACKENDS",
@@ -101,101 +104,163 @@ def _trim(text: str, n: int) -> str:
     return text if len(text) <= n else text[: n - 1] + "…"
 
 
+# Margins of a panel around its plotting area, in SVG units.
+_LEFT, _BOTTOM, _RIGHT, _TITLE_H = 52.0, 34.0, 8.0, 22.0
+
+
+@dataclass(frozen=True)
+class _Plot:
+    """The plotting area of one SVG panel (its top-left corner, width, height) and the value at its top."""
+
+    x0: float
+    y0: float
+    w: float
+    h: float
+    ymax: float
+
+    @classmethod
+    def inside(cls, x0: float, y0: float, w: float, h: float, ymax: float) -> _Plot:
+        """The plotting area of the panel at ``(x0, y0)`` of size ``w`` x ``h``: the panel less its margins."""
+        return cls(x0 + _LEFT, y0 + _TITLE_H, w - _LEFT - _RIGHT, h - _TITLE_H - _BOTTOM, ymax)
+
+    @property
+    def bottom(self) -> float:
+        """The y of the value 0 (the x axis)."""
+        return self.y0 + self.h
+
+    def y(self, v: float) -> float:
+        """The y of the value ``v``."""
+        return self.y0 + self.h - self.h * v / self.ymax
+
+
+def _svg_title(x0: float, y0: float, w: float, text: str) -> str:
+    """A panel's title, centred over it; ``text`` is markup (already escaped)."""
+    return f'<text x="{x0 + w / 2:.1f}" y="{y0 + 15:.1f}" class="pt" text-anchor="middle">{text}</text>'
+
+
+def _svg_grid(plot: _Plot, ticks: Sequence[float]) -> list[str]:
+    """A grid line and a label on the y axis per tick."""
+    out = []
+    for v in ticks:
+        y = plot.y(v)
+        out.append(f'<line x1="{plot.x0:.1f}" y1="{y:.1f}" x2="{plot.x0 + plot.w:.1f}" y2="{y:.1f}" class="grid"/>')
+        out.append(f'<text x="{plot.x0 - 4:.1f}" y="{y + 3.5:.1f}" class="tick" text-anchor="end">{v:g}</text>')
+    return out
+
+
+def _svg_x_label(x: float, plot: _Plot, text: str, n: int) -> str:
+    """A label under the x axis at ``x``: ``text`` cut to ``n`` characters."""
+    label = escape(_trim(text, n))
+    return f'<text x="{x:.1f}" y="{plot.bottom + 15:.1f}" class="tick" text-anchor="middle">{label}</text>'
+
+
+def _svg_axis(plot: _Plot) -> str:
+    """The x axis."""
+    y = plot.bottom
+    return f'<line x1="{plot.x0:.1f}" y1="{y:.1f}" x2="{plot.x0 + plot.w:.1f}" y2="{y:.1f}" class="axis"/>'
+
+
+def _svg_whisker(plot: _Plot, cx: float, stats: Statistics) -> list[str]:
+    """The whisker p5..p95 of a bar centred at ``cx`` (nothing where either is not a number)."""
+    if not (finite(stats.p5) and finite(stats.p95)):
+        return []
+    ylo, yhi = plot.y(stats.p5), plot.y(stats.p95)
+    caps = [
+        f'<line x1="{cx - 6:.1f}" y1="{y:.1f}" x2="{cx + 6:.1f}" y2="{y:.1f}" class="whisker"/>' for y in (ylo, yhi)
+    ]
+    return [f'<line x1="{cx:.1f}" y1="{ylo:.1f}" x2="{cx:.1f}" y2="{yhi:.1f}" class="whisker"/>', *caps]
+
+
+def _bar_tip(mode: str, key: str, stats: Statistics) -> str:
+    """A bar's tooltip: the median, p5, p95, MAD and n."""
+    return (
+        f"{mode} {key}: median {format_ms(_or_zero(stats.median))} ms, p5 {format_ms(stats.p5)}, "
+        f"p95 {format_ms(stats.p95)}, MAD {format_ms(stats.mad, 2)}, n={stats.n}"
+    )
+
+
+def _svg_bar(plot: _Plot, cx: float, bw: float, color: str, row: MeasurementRecord) -> list[str]:
+    """One mode's bar centred at ``cx``, ``bw`` wide: the median, its whisker, its value and the mode under it."""
+    stats = row.statistics
+    med = _or_zero(stats.median)
+    yv = plot.y(med)
+    out = [
+        f'<rect x="{cx - bw / 2:.1f}" y="{yv:.1f}" width="{bw:.1f}" height="{plot.bottom - yv:.1f}" '
+        f'fill="{color}" class="bar"><title>{escape(_bar_tip(row.mode, row.key, stats))}</title></rect>'
+    ]
+    whisker = _svg_whisker(plot, cx, stats)
+    label_y = (min(yv, plot.y(stats.p95)) if whisker else yv) - 4
+    out += whisker
+    out.append(f'<text x="{cx:.1f}" y="{label_y:.1f}" class="val" text-anchor="middle">{format_ms(med, 3)}</text>')
+    out.append(_svg_x_label(cx, plot, row.mode, 14))
+    return out
+
+
+def _present(group: Group, key: str) -> list[MeasurementRecord]:
+    """The rows of measurement ``key`` of ``group``, one per mode that has one, in the modes' order."""
+    return [r for m in group.modes if (r := group.row(key, m)) is not None]
+
+
+def _bars_top(rows: Sequence[MeasurementRecord]) -> float:
+    """The highest p95 or median of ``rows`` (0 without a number)."""
+    return max((max(_or_zero(r.statistics.p95), _or_zero(r.median)) for r in rows), default=0.0)
+
+
 def _svg_bars(group: Group, key: str, x0: float, y0: float, w: float, h: float) -> list[str]:
     """One panel: a bar per mode (median) with a whisker p5..p95."""
-    modes = [m for m in group.modes if group.row(key, m) is not None]
-    rows = [group.row(key, m) for m in modes]
-    top = max((max(_or_zero(r.statistics.p95), _or_zero(r.median)) for r in rows if r), default=0.0)
-    ticks = _ticks(top * 1.08)
-    ymax = ticks[-1]
-    left, bottom, right, title_h = 52.0, 34.0, 8.0, 22.0
-    px0, py0, pw, ph = x0 + left, y0 + title_h, w - left - right, h - title_h - bottom
-    out = [
-        f'<text x="{x0 + w / 2:.1f}" y="{y0 + 15:.1f}" class="pt" text-anchor="middle">{escape(_trim(key, 48))}</text>'
-    ]
-    for v in ticks:
-        y = py0 + ph - ph * v / ymax
-        out.append(f'<line x1="{px0:.1f}" y1="{y:.1f}" x2="{px0 + pw:.1f}" y2="{y:.1f}" class="grid"/>')
-        out.append(f'<text x="{px0 - 4:.1f}" y="{y + 3.5:.1f}" class="tick" text-anchor="end">{v:g}</text>')
+    rows = _present(group, key)
+    ticks = _ticks(_bars_top(rows) * 1.08)
+    plot = _Plot.inside(x0, y0, w, h, ticks[-1])
+    out = [_svg_title(x0, y0, w, escape(_trim(key, 48))), *_svg_grid(plot, ticks)]
     out.append(
-        f'<text x="{x0 + 11:.1f}" y="{py0 + ph / 2:.1f}" class="tick" text-anchor="middle" '
-        f'transform="rotate(-90 {x0 + 11:.1f} {py0 + ph / 2:.1f})">ms</text>'
+        f'<text x="{x0 + 11:.1f}" y="{plot.y0 + plot.h / 2:.1f}" class="tick" text-anchor="middle" '
+        f'transform="rotate(-90 {x0 + 11:.1f} {plot.y0 + plot.h / 2:.1f})">ms</text>'
     )
-    slot = pw / max(len(modes), 1)
+    slot = plot.w / max(len(rows), 1)
     bw = min(56.0, slot * 0.6)
-    for i, (mode, r) in enumerate(zip(modes, rows, strict=True)):
-        assert r is not None
-        cx = px0 + slot * (i + 0.5)
-        stats = r.statistics
-        med = _or_zero(stats.median)
-        yv = py0 + ph - ph * med / ymax
-        color = mode_color(mode, group.modes)
-        tip = (
-            f"{mode} {key}: median {format_ms(med)} ms, p5 {format_ms(stats.p5)}, p95 {format_ms(stats.p95)}, "
-            f"MAD {format_ms(stats.mad, 2)}, n={stats.n}"
-        )
-        out.append(
-            f'<rect x="{cx - bw / 2:.1f}" y="{yv:.1f}" width="{bw:.1f}" height="{py0 + ph - yv:.1f}" '
-            f'fill="{color}" class="bar"><title>{escape(tip)}</title></rect>'
-        )
-        if finite(stats.p5) and finite(stats.p95):
-            ylo = py0 + ph - ph * stats.p5 / ymax
-            yhi = py0 + ph - ph * stats.p95 / ymax
-            out.append(f'<line x1="{cx:.1f}" y1="{ylo:.1f}" x2="{cx:.1f}" y2="{yhi:.1f}" class="whisker"/>')
-            for yy in (ylo, yhi):
-                out.append(f'<line x1="{cx - 6:.1f}" y1="{yy:.1f}" x2="{cx + 6:.1f}" y2="{yy:.1f}" class="whisker"/>')
-            label_y = min(yv, yhi) - 4
-        else:
-            label_y = yv - 4
-        out.append(f'<text x="{cx:.1f}" y="{label_y:.1f}" class="val" text-anchor="middle">{format_ms(med, 3)}</text>')
-        out.append(
-            f'<text x="{cx:.1f}" y="{py0 + ph + 15:.1f}" class="tick" text-anchor="middle">'
-            f"{escape(_trim(mode, 14))}</text>"
-        )
-    out.append(f'<line x1="{px0:.1f}" y1="{py0 + ph:.1f}" x2="{px0 + pw:.1f}" y2="{py0 + ph:.1f}" class="axis"/>')
+    for i, r in enumerate(rows):
+        out += _svg_bar(plot, plot.x0 + slot * (i + 0.5), bw, mode_color(r.mode, group.modes), r)
+    out.append(_svg_axis(plot))
+    return out
+
+
+def _trend_series(group: Group, key: str, trends: Trends) -> dict[str, list[TrendPoint]]:
+    """Per mode of ``group`` that has trend points for ``key``: its points (oldest first)."""
+    series = {r.mode: trends.of(r.nodeid, r.mode, key) for r in _present(group, key)}
+    return {m: pts for m, pts in series.items() if pts}
+
+
+def _trend_labels(series: Mapping[str, Sequence[TrendPoint]]) -> list[str]:
+    """The baselines (and this run) of ``series``, each once, in order of first appearance."""
+    return list(dict.fromkeys(p.label for pts in series.values() for p in pts))
+
+
+def _svg_trend_line(
+    plot: _Plot, xs: Mapping[str, float], mode: str, key: str, color: str, pts: Sequence[TrendPoint]
+) -> list[str]:
+    """One mode's line through its medians, a dot with a tooltip per point."""
+    coords = [(xs[p.label], plot.y(p.median), p) for p in pts]
+    path = " ".join(f"{x:.1f},{y:.1f}" for x, y, _ in coords)
+    out = [f'<polyline points="{path}" fill="none" stroke="{color}" stroke-width="2"/>']
+    for x, y, p in coords:
+        tip = f"{mode} {key} in {p.label} ({p.created}): median {format_ms(p.median)} ms, n={p.n}"
+        out.append(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="3.5" fill="{color}"><title>{escape(tip)}</title></circle>')
     return out
 
 
 def _svg_trend(group: Group, key: str, trends: Trends, x0: float, y0: float, w: float, h: float) -> list[str]:
     """One panel: the median in each saved baseline (oldest first) and in this run, a line per mode."""
-    series = {m: trends.of(r.nodeid, m, key) for m in group.modes if (r := group.row(key, m)) is not None}
-    series = {m: pts for m, pts in series.items() if pts}
-    labels: list[str] = []
-    for pts in series.values():
-        for p in pts:
-            if p.label not in labels:
-                labels.append(p.label)
-    top = max((p.median for pts in series.values() for p in pts), default=0.0)
-    ticks = _ticks(top * 1.08)
-    ymax = ticks[-1]
-    left, bottom, right, title_h = 52.0, 34.0, 8.0, 22.0
-    px0, py0, pw, ph = x0 + left, y0 + title_h, w - left - right, h - title_h - bottom
-    out = [
-        f'<text x="{x0 + w / 2:.1f}" y="{y0 + 15:.1f}" class="pt" text-anchor="middle">'
-        f"{escape(_trim(key, 36))}: median per baseline</text>"
-    ]
-    for v in ticks:
-        y = py0 + ph - ph * v / ymax
-        out.append(f'<line x1="{px0:.1f}" y1="{y:.1f}" x2="{px0 + pw:.1f}" y2="{y:.1f}" class="grid"/>')
-        out.append(f'<text x="{px0 - 4:.1f}" y="{y + 3.5:.1f}" class="tick" text-anchor="end">{v:g}</text>')
-    step = pw / max(len(labels), 1)
-    xs = {lab: px0 + step * (i + 0.5) for i, lab in enumerate(labels)}
-    for lab, x in xs.items():
-        out.append(
-            f'<text x="{x:.1f}" y="{py0 + ph + 15:.1f}" class="tick" text-anchor="middle">'
-            f"{escape(_trim(lab, 20))}</text>"
-        )
+    series = _trend_series(group, key, trends)
+    labels = _trend_labels(series)
+    ticks = _ticks(max((p.median for pts in series.values() for p in pts), default=0.0) * 1.08)
+    plot = _Plot.inside(x0, y0, w, h, ticks[-1])
+    out = [_svg_title(x0, y0, w, f"{escape(_trim(key, 36))}: median per baseline"), *_svg_grid(plot, ticks)]
+    step = plot.w / max(len(labels), 1)
+    xs = {lab: plot.x0 + step * (i + 0.5) for i, lab in enumerate(labels)}
+    out += [_svg_x_label(x, plot, lab, 20) for lab, x in xs.items()]
     for mode, pts in series.items():
-        color = mode_color(mode, group.modes)
-        coords = [(xs[p.label], py0 + ph - ph * p.median / ymax, p) for p in pts]
-        path = " ".join(f"{x:.1f},{y:.1f}" for x, y, _ in coords)
-        out.append(f'<polyline points="{path}" fill="none" stroke="{color}" stroke-width="2"/>')
-        for x, y, p in coords:
-            tip = f"{mode} {key} in {p.label} ({p.created}): median {format_ms(p.median)} ms, n={p.n}"
-            out.append(
-                f'<circle cx="{x:.1f}" cy="{y:.1f}" r="3.5" fill="{color}"><title>{escape(tip)}</title></circle>'
-            )
-    out.append(f'<line x1="{px0:.1f}" y1="{py0 + ph:.1f}" x2="{px0 + pw:.1f}" y2="{py0 + ph:.1f}" class="axis"/>')
+        out += _svg_trend_line(plot, xs, mode, key, mode_color(mode, group.modes), pts)
+    out.append(_svg_axis(plot))
     return out
 
 
@@ -248,63 +313,67 @@ def _mpl_chart(group: Group, trends: Trends) -> str:
     fig = Figure(figsize=(3.4 * cols, 2.7 * nrows + 0.3), dpi=96, layout="constrained")
     FigureCanvasAgg(fig)
     axes = fig.subplots(nrows, cols, squeeze=False)
-    for i in range(cols):
-        ax = axes[0][i]
-        if i >= len(keys):
-            ax.set_visible(False)
-            continue
-        key = keys[i]
-        modes = [m for m in group.modes if group.row(key, m) is not None]
-        rows = [group.row(key, m) for m in modes]
-        meds = [_or_zero(r.median) if r else 0.0 for r in rows]
-        lo: list[float] = []
-        hi: list[float] = []
-        for med, r in zip(meds, rows, strict=True):
-            lo.append(max(0.0, med - r.statistics.p5) if r and finite(r.statistics.p5) else 0.0)
-            hi.append(max(0.0, r.statistics.p95 - med) if r and finite(r.statistics.p95) else 0.0)
-        colors = [mode_color(m, group.modes) for m in modes]
-        ax.bar(range(len(modes)), meds, color=colors, yerr=[lo, hi], capsize=5, ecolor="#222")
-        for x, (med, h) in enumerate(zip(meds, hi, strict=True)):
-            ax.annotate(f"{med:.3g}", (x, med + h), textcoords="offset points", xytext=(0, 3), ha="center", fontsize=8)
-        ax.set_xticks(range(len(modes)), modes, fontsize=8)
-        ax.set_ylabel("ms", fontsize=8)
-        ax.set_title(_trim(key, 48), fontsize=9)
-        ax.tick_params(axis="y", labelsize=8)
-        ax.set_ylim(bottom=0)
-        ax.margins(y=0.15)
-        ax.grid(axis="y", color="#e3e3e3")
-        ax.set_axisbelow(True)
+    _mpl_row(axes[0], keys, lambda ax, key: _mpl_bars(ax, group, key))
     if trend_keys:
-        for i in range(cols):
-            ax = axes[1][i]
-            if i >= len(trend_keys):
-                ax.set_visible(False)
-                continue
-            key = trend_keys[i]
-            labels: list[str] = []
-            for m in group.modes:
-                r = group.row(key, m)
-                for p in trends.of(r.nodeid, m, key) if r else []:
-                    if p.label not in labels:
-                        labels.append(p.label)
-            for m in group.modes:
-                r = group.row(key, m)
-                pts = trends.of(r.nodeid, m, key) if r else []
-                if pts:
-                    ax.plot(
-                        [labels.index(p.label) for p in pts],
-                        [p.median for p in pts],
-                        marker="o",
-                        color=mode_color(m, group.modes),
-                        label=m,
-                    )
-            ax.set_xticks(range(len(labels)), [_trim(lab, 20) for lab in labels], fontsize=7, rotation=20)
-            ax.set_title(f"{_trim(key, 30)}: median per baseline", fontsize=9)
-            ax.set_ylabel("ms", fontsize=8)
-            ax.tick_params(axis="y", labelsize=8)
-            ax.set_ylim(bottom=0)
-            ax.grid(axis="y", color="#e3e3e3")
-            ax.legend(fontsize=7)
+        _mpl_row(axes[1], trend_keys, lambda ax, key: _mpl_trend(ax, group, key, trends))
+    return _png_img(fig, group)
+
+
+def _mpl_row(axes: Sequence[Any], keys: Sequence[str], draw: Callable[[Any, str], None]) -> None:
+    """One row of panels: ``draw(ax, key)`` for each key in turn, the panels past the last key hidden."""
+    for i, ax in enumerate(axes):
+        if i < len(keys):
+            draw(ax, keys[i])
+        else:
+            ax.set_visible(False)
+
+
+def _whiskers(rows: Sequence[MeasurementRecord], meds: Sequence[float]) -> tuple[list[float], list[float]]:
+    """(down, up): how far each bar's whisker reaches below and above its median (0 where p5/p95 is no number)."""
+    pairs = list(zip(meds, rows, strict=True))
+    lo = [max(0.0, med - r.statistics.p5) if finite(r.statistics.p5) else 0.0 for med, r in pairs]
+    hi = [max(0.0, r.statistics.p95 - med) if finite(r.statistics.p95) else 0.0 for med, r in pairs]
+    return lo, hi
+
+
+def _mpl_bars(ax: Any, group: Group, key: str) -> None:
+    """One panel: a bar per mode (median) with a whisker p5..p95, its value over it."""
+    rows = _present(group, key)
+    modes = [r.mode for r in rows]
+    meds = [_or_zero(r.median) for r in rows]
+    lo, hi = _whiskers(rows, meds)
+    colors = [mode_color(m, group.modes) for m in modes]
+    ax.bar(range(len(modes)), meds, color=colors, yerr=[lo, hi], capsize=5, ecolor="#222")
+    for x, (med, h) in enumerate(zip(meds, hi, strict=True)):
+        ax.annotate(f"{med:.3g}", (x, med + h), textcoords="offset points", xytext=(0, 3), ha="center", fontsize=8)
+    ax.set_xticks(range(len(modes)), modes, fontsize=8)
+    ax.set_ylabel("ms", fontsize=8)
+    ax.set_title(_trim(key, 48), fontsize=9)
+    ax.tick_params(axis="y", labelsize=8)
+    ax.set_ylim(bottom=0)
+    ax.margins(y=0.15)
+    ax.grid(axis="y", color="#e3e3e3")
+    ax.set_axisbelow(True)
+
+
+def _mpl_trend(ax: Any, group: Group, key: str, trends: Trends) -> None:
+    """One panel: the median in each saved baseline (oldest first) and in this run, a line per mode."""
+    series = _trend_series(group, key, trends)
+    labels = _trend_labels(series)
+    for m, pts in series.items():
+        xs = [labels.index(p.label) for p in pts]
+        ax.plot(xs, [p.median for p in pts], marker="o", color=mode_color(m, group.modes), label=m)
+    ax.set_xticks(range(len(labels)), [_trim(lab, 20) for lab in labels], fontsize=7, rotation=20)
+    ax.set_title(f"{_trim(key, 30)}: median per baseline", fontsize=9)
+    ax.set_ylabel("ms", fontsize=8)
+    ax.tick_params(axis="y", labelsize=8)
+    ax.set_ylim(bottom=0)
+    ax.grid(axis="y", color="#e3e3e3")
+    ax.legend(fontsize=7)
+
+
+def _png_img(fig: Any, group: Group) -> str:
+    """``fig`` as an ``<img>`` holding its PNG (base64), its alt text naming the test."""
     buf = io.BytesIO()
     fig.savefig(buf, format="png")
     data = base64.b64encode(buf.getvalue()).decode("ascii")

@@ -152,39 +152,61 @@ def _baseline_class(row: MeasurementRecord) -> str:
     return {"regression": "worse", "improvement": "better"}.get(verdict, "")
 
 
+def _finite_or_none(x: float | None) -> float | None:
+    """``x`` where it is a finite number (a cell's sort value), else None."""
+    return x if finite(x) else None
+
+
+def _figure_cells(r: MeasurementRecord) -> str:
+    """The median, MAD, p5..p95 and n cells of a row."""
+    stats = r.statistics
+    spread = f"{format_ms(stats.p5)}..{format_ms(stats.p95)}" if finite(stats.p5) else ""
+    return (
+        _num_td(format_ms(stats.median), _finite_or_none(stats.median))
+        + _num_td(format_ms(stats.mad, 2), _finite_or_none(stats.mad))
+        + _num_td(spread, _finite_or_none(stats.p5))
+        + _num_td(str(stats.n), stats.n)
+    )
+
+
+def _ratio_td(r: MeasurementRecord, g: Group) -> str:
+    """The cell of the ratio to the reference mode (see :func:`_ratio_cell`)."""
+    text, value, title = _ratio_cell(r, g)
+    sort = "" if value is None else repr(value)
+    return f'<td class="num" data-v="{sort}" title="{escape(title)}">{escape(text)}</td>'
+
+
+def _counters_td(r: MeasurementRecord) -> str:
+    """The unified-memory counters' cell (empty where the row was not counted)."""
+    return f"<td>{escape(r.counters.summary() if r.counters is not None else '')}</td>"
+
+
+def _table_row(r: MeasurementRecord, g: Group, counted: bool) -> str:
+    """One ``<tr>`` of the table: the row ``r`` of test ``g``; ``counted``: with the counters' column."""
+    base_text, base_v = _baseline_cell(r)
+    verdict = r.verdict.value
+    first = r.statistics.first_call_ms
+    return (
+        "<tr>"
+        f'<td class="test" title="{escape(r.nodeid)}">'
+        f'<a href="#{g.anchor}">{escape(_item_name(r.nodeid))}</a></td>'
+        f'<td class="nw"><span class="mode" style="background:{mode_color(r.mode, g.modes)}"></span>'
+        f"{escape(r.mode)}</td>"
+        f'<td class="nw">{escape(r.key)}</td>'
+        + _figure_cells(r)
+        + _ratio_td(r, g)
+        + _num_td(format_ms(first), _finite_or_none(first))
+        + _num_td(base_text, base_v, _baseline_class(r))
+        + f'<td class="{_verdict_class(verdict)}">{escape(verdict)}</td>'
+        + (_counters_td(r) if counted else "")
+        + "</tr>"
+    )
+
+
 def _table(groups: Sequence[Group]) -> str:
     counted = any(r.counters is not None for g in groups for r in g.rows)  # no column where nothing was counted
     head = "".join(f"<th>{escape(c)}</th>" for c in (*_COLUMNS, *(("unified memory",) if counted else ())))
-    body: list[str] = []
-    for g in groups:
-        for r in g.rows:
-            mode, stats = r.mode, r.statistics
-            ratio_text, ratio_v, ratio_title = _ratio_cell(r, g)
-            base_text, base_v = _baseline_cell(r)
-            verdict = r.verdict.value
-            spread = f"{format_ms(stats.p5)}..{format_ms(stats.p95)}" if finite(stats.p5) else ""
-            body.append(
-                "<tr>"
-                f'<td class="test" title="{escape(r.nodeid)}">'
-                f'<a href="#{g.anchor}">{escape(_item_name(r.nodeid))}</a></td>'
-                f'<td class="nw"><span class="mode" style="background:{mode_color(mode, g.modes)}"></span>'
-                f"{escape(mode)}</td>"
-                f'<td class="nw">{escape(r.key)}</td>'
-                + _num_td(format_ms(stats.median), stats.median if finite(stats.median) else None)
-                + _num_td(format_ms(stats.mad, 2), stats.mad if finite(stats.mad) else None)
-                + _num_td(spread, stats.p5 if finite(stats.p5) else None)
-                + _num_td(str(stats.n), stats.n)
-                + f'<td class="num" data-v="{"" if ratio_v is None else repr(ratio_v)}" title="{escape(ratio_title)}">'
-                f"{escape(ratio_text)}</td>"
-                + _num_td(
-                    format_ms(stats.first_call_ms),
-                    stats.first_call_ms if finite(stats.first_call_ms) else None,
-                )
-                + _num_td(base_text, base_v, _baseline_class(r))
-                + f'<td class="{_verdict_class(verdict)}">{escape(verdict)}</td>'
-                + (f"<td>{escape(r.counters.summary() if r.counters is not None else '')}</td>" if counted else "")
-                + "</tr>"
-            )
+    body = [_table_row(r, g, counted) for g in groups for r in g.rows]
     return (
         f'<div class="wide"><table class="sortable" id="rows"><thead><tr>{head}</tr></thead><tbody>\n'
         + "\n".join(body)
@@ -208,6 +230,12 @@ def _machine_table(machine: Mapping[str, object] | None) -> str:
     return f'<table class="machine"><tbody>{cells}</tbody></table>'
 
 
+def _advice_paragraph(line: str, verdict_class: str) -> str:
+    """One line of an advice block as a paragraph; the note's verdict in its class (ok, worse or info)."""
+    css = verdict_class if line.startswith("the note") else ""
+    return f'<p class="{css}">{escape(line)}</p>' if css else f"<p>{escape(line)}</p>"
+
+
 def _advice_block(a: Advice) -> str:
     """One test's advice: the pick or "no clear winner", the other modes, the reasons, the note's verdict."""
     lines = advice_lines(a, indent="", rule_text=False)
@@ -218,10 +246,8 @@ def _advice_block(a: Advice) -> str:
     out = [
         f'<section class="advice"><h3>{escape(a.test)} <span class="info">{escape(a.key)}</span></h3>',
         f'<p class="{"ok" if a.pick else "info"}">{escape(head)}</p>',
+        *(_advice_paragraph(line, verdict_class) for line in others),
     ]
-    for line in others:
-        css = verdict_class if line.startswith("the note") else ""
-        out.append(f'<p class="{css}">{escape(line)}</p>' if css else f"<p>{escape(line)}</p>")
     if items:
         out.append("<ul>" + "".join(f"<li>{escape(i)}</li>" for i in items) + "</ul>")
     out.append("</section>")
@@ -234,6 +260,51 @@ def _advice_section(advice: SessionAdvice) -> list[str]:
     for line in advice_header(advice):  # the note's address as text: the page holds no URL a browser would follow
         out.append(f'<p class="meta">{escape(line.replace("https://", ""))}</p>')
     out.extend(_advice_block(a) for a in advice.advice)
+    return out
+
+
+_FOOTNOTE = (
+    '<p class="footnote">Ratios with an asterisk are the median over the <code>device</code> median of the '
+    "same test and measurement, timed one after the other; ratios without one were measured side by side "
+    "(interleaved) by <code>memmode_runtime(max_ratio=..., relative_to=...)</code>. Click a column to sort.</p>"
+)
+
+
+def _page_head(title: str, groups: Sequence[Group], rows: Sequence[MeasurementRecord], stamp: str) -> list[str]:
+    """The page up to its notes: the document head, the title and the counts."""
+    n_fail = sum(1 for r in rows if r.verdict.failed)
+    return [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        f"<title>{escape(title)}</title>",
+        f"<style>{_CSS}</style>",
+        "</head><body>",
+        f"<h1>{escape(title)}</h1>",
+        f'<p class="meta">{len(groups)} tests, {len(rows)} measurements, {n_fail} failed runtime checks; '
+        f"written {escape(stamp)} (UTC). Times in milliseconds: medians of the samples after warm-up; the first "
+        "call is kept apart.</p>",
+    ]
+
+
+def _chart_section(group: Group, trends: Trends, backend: str) -> list[str]:
+    """One test's chart, under its name, with its caption."""
+    return [
+        f'<section id="{group.anchor}" class="test-chart"><h3>{escape(group.name)}</h3>',
+        draw_chart(group, trends, backend),
+        f'<p class="caption">{escape(_caption(group, trends))}</p>',
+        "</section>",
+    ]
+
+
+def _measurements(groups: Sequence[Group], trends: Trends, backend: str, advice: SessionAdvice | None) -> list[str]:
+    """The table of every row, its footnote, the advice (where there is some) and the charts."""
+    out = [_table(groups), _FOOTNOTE]
+    if advice is not None and advice.advice:
+        out.extend(_advice_section(advice))
+    out.append("<h2>Charts</h2>")
+    for g in groups:
+        out.extend(_chart_section(g, trends, backend))
     return out
 
 
@@ -256,43 +327,14 @@ def render_html(
     all_notes = [*notes, *trends.notes]
     if backend == "svg" and groups:
         all_notes.insert(0, NO_MATPLOTLIB_NOTE)
-    n_fail = sum(1 for r in rows if r.verdict.failed)
-    stamp = created or utc_now()
-    out = [
-        "<!DOCTYPE html>",
-        '<html lang="en"><head><meta charset="utf-8">',
-        '<meta name="viewport" content="width=device-width, initial-scale=1">',
-        f"<title>{escape(title)}</title>",
-        f"<style>{_CSS}</style>",
-        "</head><body>",
-        f"<h1>{escape(title)}</h1>",
-        f'<p class="meta">{len(groups)} tests, {len(rows)} measurements, {n_fail} failed runtime checks; '
-        f"written {escape(stamp)} (UTC). Times in milliseconds: medians of the samples after warm-up; the first "
-        "call is kept apart.</p>",
-    ]
+    out = _page_head(title, groups, rows, created or utc_now())
     out.extend(f'<p class="note">{escape(n)}</p>' for n in all_notes)
-    out.append("<h2>Machine</h2>")
-    out.append(_machine_table(machine))
-    out.append("<h2>Measurements</h2>")
-    if not rows:
-        out.append('<p class="note">No test recorded a measurement (jetmem.measure) in this session.</p>')
+    out += ["<h2>Machine</h2>", _machine_table(machine), "<h2>Measurements</h2>"]
+    if rows:
+        out.extend(_measurements(groups, trends, backend, advice))
     else:
-        out.append(_table(groups))
-        out.append(
-            '<p class="footnote">Ratios with an asterisk are the median over the <code>device</code> median of the '
-            "same test and measurement, timed one after the other; ratios without one were measured side by side "
-            "(interleaved) by <code>memmode_runtime(max_ratio=..., relative_to=...)</code>. Click a column to sort.</p>"
-        )
-        if advice is not None and advice.advice:
-            out.extend(_advice_section(advice))
-        out.append("<h2>Charts</h2>")
-        for g in groups:
-            out.append(f'<section id="{g.anchor}" class="test-chart"><h3>{escape(g.name)}</h3>')
-            out.append(draw_chart(g, trends, backend))
-            out.append(f'<p class="caption">{escape(_caption(g, trends))}</p>')
-            out.append("</section>")
-    out.append(f"<script>{_JS}</script>")
-    out.append("</body></html>")
+        out.append('<p class="note">No test recorded a measurement (jetmem.measure) in this session.</p>')
+    out += [f"<script>{_JS}</script>", "</body></html>"]
     return "\n".join(out) + "\n"
 
 

@@ -151,6 +151,22 @@ def load_trends(
     except OSError as exc:
         trends.notes.append(f"baseline directory {store.directory}: cannot list it ({exc})")
         return trends
+    loaded, unreadable, foreign = _comparable_baselines(store, names, machine)
+    trends.baselines = [b.name for b in loaded]
+    trends.notes.extend(_left_out_notes(unreadable, foreign))
+    stamp = now or utc_now()
+    for r in rows:
+        points = _trend_of(r, loaded, session_id, stamp)
+        if points is not None:
+            trends.points[(r.nodeid, r.mode, r.key)] = points
+    return trends
+
+
+def _comparable_baselines(
+    store: BaselineStore, names: Sequence[str], machine: Machine | None
+) -> tuple[list[Baseline], list[str], list[str]]:
+    """(the baselines ``names`` of ``store`` that can be compared, oldest first; the names of those that could not
+    be read; those from another machine than ``machine``, where it is given)."""
     loaded: list[Baseline] = []
     unreadable: list[str] = []
     foreign: list[str] = []
@@ -162,35 +178,47 @@ def load_trends(
             continue
         if machine is not None and machine.mismatches(base.machine):
             foreign.append(name)
-            continue
-        loaded.append(base)
+        else:
+            loaded.append(base)
     loaded.sort(key=lambda b: (b.created, _mtime_ns(b.path), b.name))  # created has one-second resolution
-    trends.baselines = [b.name for b in loaded]
+    return loaded, unreadable, foreign
+
+
+def _left_out_notes(unreadable: Sequence[str], foreign: Sequence[str]) -> list[str]:
+    """The notes naming the baselines left out of the trends, and why."""
+    notes = []
     if unreadable:
-        trends.notes.append(f"baselines that could not be read, left out of the trends: {', '.join(unreadable)}")
+        notes.append(f"baselines that could not be read, left out of the trends: {', '.join(unreadable)}")
     if foreign:
-        trends.notes.append(
-            f"baselines from another machine, left out of the trends (not comparable): {', '.join(foreign)}"
-        )
-    stamp = now or utc_now()
-    for r in rows:
-        nodeid, mode, key = r.nodeid, r.mode, r.key
-        points: list[TrendPoint] = []
-        saved_by_this_run = False
-        for base in loaded:
-            entry = base.entry(entry_key(nodeid, mode, key))
-            if entry is None:
-                continue
-            mine = session_id is not None and base.session == session_id
-            saved_by_this_run |= mine
-            label = f"{base.name} (this run)" if mine else base.name
-            points.append(TrendPoint(label, base.created, entry.summary.median, entry.summary.n, mine))
-        if len(points) < 2:
+        notes.append(f"baselines from another machine, left out of the trends (not comparable): {', '.join(foreign)}")
+    return notes
+
+
+def _saved_points(r: MeasurementRecord, loaded: Sequence[Baseline], session_id: str | None) -> list[TrendPoint]:
+    """The median of row ``r``'s measurement in each baseline of ``loaded`` that holds it (oldest first); a baseline
+    saved by session ``session_id`` is labelled as this run's."""
+    points = []
+    for base in loaded:
+        entry = base.entry(entry_key(r.nodeid, r.mode, r.key))
+        if entry is None:
             continue
-        if not saved_by_this_run and finite(r.median):
-            points.append(TrendPoint("this run", stamp, r.median, r.statistics.n, True))
-        trends.points[(nodeid, mode, key)] = points
-    return trends
+        mine = session_id is not None and base.session == session_id
+        label = f"{base.name} (this run)" if mine else base.name
+        points.append(TrendPoint(label, base.created, entry.summary.median, entry.summary.n, mine))
+    return points
+
+
+def _trend_of(
+    r: MeasurementRecord, loaded: Sequence[Baseline], session_id: str | None, stamp: str
+) -> list[TrendPoint] | None:
+    """Row ``r``'s trend: its saved points, then this run (stamped ``stamp``) unless a baseline of this session
+    stands for it; None where fewer than two baselines hold it."""
+    points = _saved_points(r, loaded, session_id)
+    if len(points) < 2:
+        return None
+    if not any(p.this_run for p in points) and finite(r.median):
+        points.append(TrendPoint("this run", stamp, r.median, r.statistics.n, True))
+    return points
 
 
 def _mtime_ns(path: Path | None) -> int:
@@ -201,20 +229,31 @@ def _mtime_ns(path: Path | None) -> int:
 
 
 # -- the JSON twin -------------------------------------------------------------------------------------
+def _unwrapped(x: object) -> object:
+    """A numpy scalar's Python value (``.item()``); anything else, or what ``.item()`` refuses, as it is."""
+    if hasattr(x, "item") and not isinstance(x, (str, bytes)):
+        with contextlib.suppress(TypeError, ValueError):
+            return x.item()
+    return x
+
+
+def _json_scalar(x: object) -> object:
+    """A plain JSON scalar: numpy scalars unwrapped, non-finite floats as None, anything else not JSON as text."""
+    x = _unwrapped(x)
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if x is None or isinstance(x, (bool, int, float, str)):
+        return x
+    return str(x)
+
+
 def _jsonable(x: object) -> object:
     """Plain JSON values: numpy scalars unwrapped, tuples as lists, non-finite floats as None."""
     if isinstance(x, Mapping):
         return {str(k): _jsonable(v) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
         return [_jsonable(v) for v in x]
-    if hasattr(x, "item") and not isinstance(x, (str, bytes)):
-        with contextlib.suppress(TypeError, ValueError):
-            x = x.item()
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    if x is None or isinstance(x, (bool, int, float, str)):
-        return x
-    return str(x)
+    return _json_scalar(x)
 
 
 def report_document(

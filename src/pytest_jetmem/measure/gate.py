@@ -1,0 +1,84 @@
+"""The ``memmode_runtime`` gate's criteria, as pure functions: figures in, a failure message out (None: the
+criterion holds or does not apply), and the verdict a measurement ends with.
+
+GPU-free and pytest-free. The runtime half (:mod:`pytest_jetmem.plugin.runtime`) gathers the figures, asks these,
+and keeps the records and the baseline's entries apart; the comparison with a baseline is
+:mod:`~pytest_jetmem.measure.compare`'s.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from pytest_jetmem.measure.record import NotCompared, NotComparedWhy, RecordVerdict
+
+__all__ = [
+    "RatioFigures",
+    "final_verdict",
+    "max_ms_failure",
+    "ratio_failure",
+    "strict_machine_failure",
+]
+
+
+@dataclass(frozen=True)
+class RatioFigures:
+    """A ratio measured side by side: this mode's median over the reference mode's, its 99% interval, the medians
+    and the interleaved samples each side took."""
+
+    ratio: float
+    low: float
+    high: float
+    median: float
+    reference_median: float
+    n: int
+
+    @classmethod
+    def of(cls, figures: Sequence[float]) -> RatioFigures:
+        """From ``(ratio, low, high, median, reference_median, n)``, the tuple the side-by-side run gives."""
+        ratio, low, high, median, reference_median, n = figures
+        return cls(float(ratio), float(low), float(high), float(median), float(reference_median), int(n))
+
+
+def max_ms_failure(described: str, median: float, max_ms: float | None) -> str | None:
+    """``max_ms``: the median of a judged measurement (``described``: its one-line figures) is at most ``max_ms``."""
+    if max_ms is None or not median > max_ms:
+        return None
+    return f"{described}: median above max_ms={max_ms:g}"
+
+
+def ratio_failure(
+    mode: str, key: str, relative_to: str, figures: RatioFigures, max_ratio: float | None
+) -> str | None:
+    """``max_ratio``: measurement ``key`` in ``mode`` costs at most ``max_ratio`` times the same measurement in the
+    mode ``relative_to``, measured side by side."""
+    if max_ratio is None or not figures.ratio > max_ratio:
+        return None
+    f = figures
+    return (
+        f"{mode} {key}: {mode}/{relative_to} = {f.ratio:.3f} (99% CI {f.low:.3f}..{f.high:.3f}; "
+        f"medians {f.median:.4g} vs {f.reference_median:.4g} ms, {f.n} interleaved samples each) "
+        f"> max_ratio={max_ratio:g}"
+    )
+
+
+def strict_machine_failure(note: NotCompared | None, *, strict: bool) -> str | None:
+    """``--jetmem-strict-machine``: a judged measurement fails where the baseline comes from another machine."""
+    if not strict or note is None or note.why is not NotComparedWhy.OTHER_MACHINE:
+        return None
+    return f"jetmem: {note.text}"
+
+
+def final_verdict(
+    decided: RecordVerdict | None, *, judged: bool, reference_only: bool, compared: bool
+) -> RecordVerdict:
+    """The verdict a measurement ends with: a failure (or warning) ``decided`` by a criterion stands; a judged
+    measurement that only its ``max_ratio``'s reference mode judged (``reference_only``: its ratio is 1 by
+    definition, no ``max_ms``) and no baseline ``compared`` is REFERENCE, never passed off as "ok"; else OK where
+    judged, REPORTED where not."""
+    if decided is not None:
+        return decided
+    if judged and reference_only and not compared:
+        return RecordVerdict.REFERENCE
+    return RecordVerdict.OK if judged else RecordVerdict.REPORTED
