@@ -147,7 +147,8 @@ class Jetmem:
         include_dirs: str | Path | Sequence[str | Path] = (),
     ) -> Kernel:
         """Compile ``name`` from CUDA ``source`` with NVRTC for this device (cached on disk); see
-        :meth:`pytest_jetmem.cuda.workspace.Workspace.compile` for ``options`` and ``include_dirs``."""
+        :meth:`pytest_jetmem.cuda.workspace.Workspace.compile` for ``options`` and ``include_dirs``. ``source`` is
+        the source text: to compile a file, pass ``Path("kernels/k.cu").read_text()`` (a ``Path`` is refused)."""
         __tracebackhide__ = hide_for_user_errors
         return self._ws.compile(source, name, options, include_dirs)
 
@@ -275,14 +276,17 @@ class Jetmem:
     # -- managed-memory attachment (cuStreamAttachMemAsync) ----------------------------------------
     def attach_host(self, buf: Buffer, *, wait: bool = True) -> None:
         """Attach a managed buffer to the host: the CPU may touch it while kernels run (Jetson's rule)."""
+        __tracebackhide__ = hide_for_user_errors
         attach.attach_host(self._ws, buf, wait=wait)
 
     def attach_global(self, buf: Buffer, *, wait: bool = True) -> None:
         """Attach a managed buffer globally (visible to every stream; the default)."""
+        __tracebackhide__ = hide_for_user_errors
         attach.attach_global(self._ws, buf, wait=wait)
 
     def attach_single(self, buf: Buffer, stream: Any = None, *, wait: bool = True) -> None:
         """Attach a managed buffer to one stream (jetmem's by default)."""
+        __tracebackhide__ = hide_for_user_errors
         attach.attach_single(self._ws, buf, stream, wait=wait)
 
 

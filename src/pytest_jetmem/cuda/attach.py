@@ -28,7 +28,7 @@ from pytest_jetmem.cuda.attachment import Attachment, stream_key
 from pytest_jetmem.cuda.buffer import Buffer
 from pytest_jetmem.cuda.driver import MEM_ATTACH_GLOBAL, MEM_ATTACH_HOST, MEM_ATTACH_SINGLE
 from pytest_jetmem.cuda.workspace import Workspace, WorkspaceLike, workspace_of
-from pytest_jetmem.errors import AttachError
+from pytest_jetmem.errors import AttachError, hide_for_user_errors
 
 __all__ = ["AttachError", "Attachment", "attach", "attach_global", "attach_host", "attach_single"]
 
@@ -39,13 +39,29 @@ def attach(jm: WorkspaceLike, buf: Buffer, flags: int, stream: Any = None, *, wa
     """Queue ``cuStreamAttachMemAsync(stream, buf.ptr, 0, flags)`` (``stream`` None: jetmem's stream).
 
     ``jm``: the ``jetmem`` handle (or a workspace). With ``wait`` the stream is synchronized afterwards, so the
-    attachment is in effect on return.
+    attachment is in effect on return. An attachment the buffer or stream cannot have is an AttachError.
     """
+    __tracebackhide__ = hide_for_user_errors
     ws = workspace_of(jm)
     call = _CALLS.get(flags)
     if call is None:
         raise ValueError(f"flags must be MEM_ATTACH_GLOBAL, MEM_ATTACH_HOST or MEM_ATTACH_SINGLE, got {flags!r}")
-    where = f"{ws.nodeid}: jetmem.{call}" if ws.nodeid else f"jetmem.{call}"
+    target = ws.stream if stream is None else stream
+    key = stream_key(target)
+    _check_attachable(f"{ws.nodeid}: jetmem.{call}" if ws.nodeid else f"jetmem.{call}", buf, flags, key)
+    ws.drv.stream_attach_mem_async(target, buf.ptr, flags)
+    if wait:
+        ws.drv.stream_synchronize(target)
+    attachment = Attachment(flags, key if flags == MEM_ATTACH_SINGLE else None)
+    for owner in {id(w): w for w in (ws, buf.owner)}.values():
+        if isinstance(owner, Workspace):
+            owner.attached(buf, attachment, target, pending=not wait)
+
+
+def _check_attachable(where: str, buf: Buffer, flags: int, key: int) -> None:
+    """AttachError, naming the call ``where``, for a freed or unmanaged buffer, or a single-stream attachment to the
+    legacy default stream (``key`` 0)."""
+    __tracebackhide__ = hide_for_user_errors
     if buf.freed:
         raise AttachError(f"{where}({buf!r}): the buffer was freed")
     if not buf.memory_mode.is_managed:
@@ -53,21 +69,11 @@ def attach(jm: WorkspaceLike, buf: Buffer, flags: int, stream: Any = None, *, wa
             f"{where}({buf!r}): cuStreamAttachMemAsync works on managed memory (cuMemAllocManaged) only, "
             f"and this buffer is {buf.mode!r} memory; {buf.memory_mode.host_rule}"
         )
-    target = ws.stream if stream is None else stream
-    key = stream_key(target)
     if flags == MEM_ATTACH_SINGLE and key == 0:
         raise AttachError(
             f"{where}({buf!r}): a single-stream attachment needs a created stream, not the legacy default "
             "stream (pass stream=None for jetmem's own stream)"
         )
-    drv = ws.drv
-    drv.stream_attach_mem_async(target, buf.ptr, flags)
-    if wait:
-        drv.stream_synchronize(target)
-    attachment = Attachment(flags, key if flags == MEM_ATTACH_SINGLE else None)
-    for owner in {id(w): w for w in (ws, buf.owner)}.values():
-        if isinstance(owner, Workspace):
-            owner.attached(buf, attachment, target, pending=not wait)
 
 
 def attach_host(ws: WorkspaceLike, buf: Buffer, *, wait: bool = True) -> None:
@@ -76,11 +82,13 @@ def attach_host(ws: WorkspaceLike, buf: Buffer, *, wait: bool = True) -> None:
     On a device with ``CONCURRENT_MANAGED_ACCESS=0`` no kernel may then use the buffer; attach it globally or
     to a stream again first.
     """
+    __tracebackhide__ = hide_for_user_errors
     attach(ws, buf, MEM_ATTACH_HOST, None, wait=wait)
 
 
 def attach_global(ws: WorkspaceLike, buf: Buffer, *, wait: bool = True) -> None:
     """Attach a managed buffer globally (``CU_MEM_ATTACH_GLOBAL``, how it was allocated): any stream may use it."""
+    __tracebackhide__ = hide_for_user_errors
     attach(ws, buf, MEM_ATTACH_GLOBAL, None, wait=wait)
 
 
@@ -89,4 +97,5 @@ def attach_single(ws: WorkspaceLike, buf: Buffer, stream: Any = None, *, wait: b
 
     Only kernels in that stream may use it; the CPU may touch it whenever that stream is idle.
     """
+    __tracebackhide__ = hide_for_user_errors
     attach(ws, buf, MEM_ATTACH_SINGLE, stream, wait=wait)

@@ -198,6 +198,8 @@ def compile_kernel(
 ) -> CompiledKernel:
     """Compile ``name`` from ``source`` for ``arch`` (``sm_87``), or take it from the cache.
 
+    ``source`` is the CUDA source text (a ``str``): to compile a file, pass ``Path(...).read_text()``; a
+    ``Path``, or a one-line ``str`` naming a ``.cu``/``.cuh`` file, is an error that says so (:func:`check_source`).
     ``name`` is an ``extern "C"`` function name, or a C++ name expression (``scale<float>``)
     that NVRTC lowers to its mangled symbol. ``options``: a string (split as a shell would) or a
     sequence of NVRTC options. ``include_dirs``: the user's include directories, searched first
@@ -206,6 +208,7 @@ def compile_kernel(
     :class:`CompileError` that says where it was looked for.
     """
     __tracebackhide__ = hide_for_user_errors  # pytest shows the message and the caller's frames
+    check_source(source, name)
     if not re.fullmatch(r"sm_\d+[a-z]?", arch):
         raise ValueError(f"arch: expected 'sm_XY', got {arch!r}")
     opts = normalize_options(options)
@@ -215,35 +218,88 @@ def compile_kernel(
     version = drv.nvrtc_version()
     all_dirs = (*user_dirs, *search.paths)
     key = cache_key(source, name, opts, arch, version, all_dirs, search.fingerprint, user_headers(source, user_dirs))
+    hit = cache.get(key) if cache is not None else None
+    if hit is not None:
+        cubin, meta = hit
+        log = meta.get("log", "")
+        return CompiledKernel(name, meta["symbol"], arch, opts, version, cubin, log, key, True, all_dirs)
     filename = filename or f"{re.sub(r'[^A-Za-z0-9_]', '_', name)}.cu"
-    if cache is not None:
-        hit = cache.get(key)
-        if hit is not None:
-            cubin, meta = hit
-            log = meta.get("log", "")
-            return CompiledKernel(name, meta["symbol"], arch, opts, version, cubin, log, key, True, all_dirs)
-    full_options = (f"--gpu-architecture={arch}", *opts, *(f"-I{d}" for d in all_dirs))
-    if _IDENT.match(name) and not _declares(source, name):
-        raise CompileError(
-            f"kernel {name!r}: no __global__ function of that name in the source "
-            "(or pass a C++ name expression such as 'fn<float>')"
-        )
-    try:
-        # Always a name expression: NVRTC returns the symbol to look up, plain for extern "C"
-        # kernels and mangled for C++ ones.
-        cubin, log, lowered = drv.nvrtc_compile(source, filename, full_options, (name,))
-    except CompileError as exc:
-        message = f"kernel {name!r} failed to compile for {arch}: {exc}"
-        if _ARCH_REJECTED in str(exc):
-            message += "\n" + _arch_help(arch, version, drv)
-        missing = _MISSING_HEADER.findall(str(exc))
-        if missing:
-            message += "\n" + _header_help(missing, user_dirs, search)
-        raise CompileError(message) from None
-    symbol = lowered.get(name, name)
+    build = _Build(drv, source, name, arch, filename, user_dirs, search)
+    cubin, log, symbol = build.run((*opts, *(f"-I{d}" for d in all_dirs)))
     if cache is not None:
         cache.put(key, cubin, {"symbol": symbol, "log": log, "name": name, "arch": arch})
     return CompiledKernel(name, symbol, arch, opts, version, cubin, log, key, False, all_dirs)
+
+
+@dataclass(frozen=True)
+class _Build:
+    """One NVRTC compile of ``name`` for ``arch``, and what its error message needs to explain a failure."""
+
+    drv: driver.NvrtcBackend
+    source: str
+    name: str
+    arch: str
+    filename: str
+    user_dirs: tuple[str, ...]
+    search: driver.HeaderSearch
+
+    def run(self, options: tuple[str, ...]) -> tuple[bytes, str, str]:
+        """(CUBIN, log, symbol) of the kernel compiled with ``options`` (the architecture is added). Always a name
+        expression: NVRTC returns the symbol to look up, plain for ``extern "C"`` kernels, mangled for C++ ones."""
+        __tracebackhide__ = hide_for_user_errors
+        try:
+            cubin, log, lowered = self.drv.nvrtc_compile(
+                self.source, self.filename, (f"--gpu-architecture={self.arch}", *options), (self.name,)
+            )
+        except CompileError as exc:
+            raise CompileError(self.failure(str(exc))) from None
+        return cubin, log, lowered.get(self.name, self.name)
+
+    def failure(self, error: str) -> str:
+        """NVRTC's message, then what to do about a rejected architecture or a header it could not open."""
+        message = f"kernel {self.name!r} failed to compile for {self.arch}: {error}"
+        if _ARCH_REJECTED in error:
+            message += "\n" + _arch_help(self.arch, self.drv.nvrtc_version(), self.drv)
+        missing = _MISSING_HEADER.findall(error)
+        if missing:
+            message += "\n" + _header_help(missing, self.user_dirs, self.search)
+        return message
+
+
+#: A one-line ``source`` that names a CUDA file rather than holding its text.
+_PATH_LIKE = re.compile(r"[^\n]*\.(cu|cuh)", re.IGNORECASE)
+
+
+def check_source(source: object, name: str) -> None:
+    """Refuse what is not CUDA source text declaring ``name``, saying how to compile a file: a TypeError for a
+    ``Path`` (or any non-``str``); a CompileError for a one-line ``str`` ending in ``.cu``/``.cuh`` without
+    ``__global__`` (a file name), and for a plain ``name`` that no ``__global__`` function of the source has."""
+    __tracebackhide__ = hide_for_user_errors
+    if isinstance(source, str):
+        text = source.strip()
+        if _PATH_LIKE.fullmatch(text) and "__global__" not in text:
+            raise CompileError(f"kernel {name!r}: the source is {source!r}, {_path_note(text)}")
+        if _IDENT.match(name) and not _declares(source, name):
+            raise CompileError(
+                f"kernel {name!r}: no __global__ function of that name in the source "
+                "(or pass a C++ name expression such as 'fn<float>')"
+            )
+        return
+    if isinstance(source, os.PathLike):
+        raise TypeError(
+            f"kernel {name!r}: compile takes the CUDA source text (a str), got the path {source!r}; to compile a "
+            f"file, pass its text: compile(Path({os.fspath(source)!r}).read_text(), {name!r})"
+        )
+    raise TypeError(f"kernel {name!r}: compile takes the CUDA source text (a str), got {type(source).__name__}")
+
+
+def _path_note(text: str) -> str:
+    """Why a one-line source naming a .cu file is no source, and how to compile the file."""
+    where = "a file here" if os.path.isfile(text) else f"no file here ({os.getcwd()}), but a file name all the same"
+    return (
+        f"which names {where}, not CUDA source text: compile takes the source itself; to compile a file, pass its "
+        f"text: compile(Path({text!r}).read_text(), ...)"
+    )
 
 
 def _arch_help(arch: str, version: tuple[int, int], drv: driver.NvrtcBackend) -> str:

@@ -202,24 +202,35 @@ def open_device(drv: DriverBackend | None = None, ordinal: int | None = None) ->
     try:
         chosen = chosen_ordinal() if ordinal is None else None  # a bad JETMEM_DEVICE is reported before the driver
         drv = drv or driver.get()
-        drv.init()
-        count = drv.device_count()
-        ordinal = select_ordinal(count) if ordinal is None else ordinal
-        if ordinal >= count:
-            where = f"JETMEM_DEVICE={chosen}: " if chosen is not None else ""
-            reason = f"{where}no CUDA device {ordinal}: only {count} device(s) present{_expected_ordinals(count)}"
-            return Availability(False, reason, misconfigured=chosen is not None)
-        info = probe_device(drv, ordinal)
+        probed = _probe(drv, ordinal, chosen)
     except DeviceChoiceError as exc:
         return Availability(False, exc.reason, error=exc, misconfigured=True)
     except CudaUnavailable as exc:
         return Availability(False, exc.reason, error=exc)
     except CudaError as exc:
         return Availability(False, f"CUDA driver error while probing the device: {exc}", error=exc)
+    return probed if isinstance(probed, Availability) else _open(drv, probed)
+
+
+def _probe(drv: DriverBackend, ordinal: int | None, chosen: int | None) -> DeviceInfo | Availability:
+    """``cuInit`` and the facts of device ``ordinal`` (None: :func:`select_ordinal`'s), or why there is no such
+    device (``chosen``: the ``JETMEM_DEVICE`` ordinal, which makes that a configuration mistake)."""
+    drv.init()
+    count = drv.device_count()
+    ordinal = select_ordinal(count) if ordinal is None else ordinal
+    if ordinal >= count:
+        where = f"JETMEM_DEVICE={chosen}: " if chosen is not None else ""
+        reason = f"{where}no CUDA device {ordinal}: only {count} device(s) present{_expected_ordinals(count)}"
+        return Availability(False, reason, misconfigured=chosen is not None)
+    return probe_device(drv, ordinal)
+
+
+def _open(drv: DriverBackend, info: DeviceInfo) -> Availability:
+    """Open the probed device (its primary context and stream), or say why not (no NVRTC, a failing call)."""
     if info.nvrtc_version is None:
         return Availability(False, "NVRTC not found: install pytest-jetmem[cu12] or [cu13]", info=info)
     try:
         dev = Device(drv, info)
     except CudaError as exc:
-        return Availability(False, f"could not open CUDA device {ordinal}: {exc}", info=info, error=exc)
+        return Availability(False, f"could not open CUDA device {info.ordinal}: {exc}", info=info, error=exc)
     return Availability(True, "", info=info, device=dev)

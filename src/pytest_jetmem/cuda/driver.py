@@ -1,66 +1,109 @@
-"""The driver boundary: the only module that imports ``cuda.bindings``.
+"""The driver boundary: the only module that imports ``cuda.bindings`` (and ``cuda.pathfinder``).
 
 Every call's result is checked; a failure raises :class:`CudaError` carrying the CUDA (or NVRTC)
 error name and the call. Differences between cuda-bindings 12.x and 13.x live here alone.
 Device pointers cross this boundary as ``int``; streams, events, modules and functions as opaque
 handles. Tests on machines without a GPU replace the backend with a fake through :func:`use`.
+
+The modules beside it that import no ``cuda`` hold what does not need the bindings, and every name of theirs
+that the package uses is re-exported here: :mod:`~pytest_jetmem.cuda.backend` (the :class:`DriverBackend`
+interface, flags, handles), :mod:`~pytest_jetmem.cuda.nvrtc_loader` (NVRTC from a toolkit),
+:mod:`~pytest_jetmem.cuda.headers` (choosing the CUDA headers) and :mod:`~pytest_jetmem.cuda.hostmem`
+(pageable host memory).
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import functools
-import glob
-import hashlib
-import mmap
 import os
 import re
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
+from typing import TYPE_CHECKING, Any
 
+from pytest_jetmem.cuda.backend import (
+    CPU_DEVICE_ID,
+    EVENT_DEFAULT,
+    EVENT_DISABLE_TIMING,
+    MEM_ATTACH_GLOBAL,
+    MEM_ATTACH_HOST,
+    MEM_ATTACH_SINGLE,
+    MEMHOSTALLOC_DEVICEMAP,
+    MEMHOSTALLOC_PORTABLE,
+    MEMHOSTREGISTER_DEVICEMAP,
+    MEMHOSTREGISTER_PORTABLE,
+    MEMORY_ATTRIBUTES,
+    OTHER_ATTRIBUTES,
+    SLOWDOWN_REASONS,
+    STREAM_DEFAULT,
+    STREAM_NON_BLOCKING,
+    ClockState,
+    ContextHandle,
+    DeviceHandle,
+    DriverBackend,
+    EventHandle,
+    FunctionHandle,
+    ModuleHandle,
+    NvrtcBackend,
+    StreamHandle,
+)
+from pytest_jetmem.cuda.headers import HeaderSearch, Place, choose_headers, toolkit_places
+from pytest_jetmem.cuda.hostmem import page_span, process_mmap, process_munmap
+from pytest_jetmem.cuda.nvrtc_loader import (
+    NvrtcLibrary,
+    load_toolkit_nvrtc,
+    nvrtc_install_hint,
+    nvrtc_soname,
+    toolkit_roots,
+)
 from pytest_jetmem.errors import CompileError, CudaError, CudaUnavailable
 
-# Device attributes the plugin reads, by their CUDA names without the prefix.
-MEMORY_ATTRIBUTES = (
-    "INTEGRATED",
-    "CAN_MAP_HOST_MEMORY",
-    "MANAGED_MEMORY",
-    "CONCURRENT_MANAGED_ACCESS",
-    "PAGEABLE_MEMORY_ACCESS",
-    "PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES",
-    "DIRECT_MANAGED_MEM_ACCESS_FROM_HOST",
-    "HOST_NATIVE_ATOMIC_SUPPORTED",
-    "HOST_REGISTER_SUPPORTED",
-    "CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM",
-)
-OTHER_ATTRIBUTES = (
-    "COMPUTE_CAPABILITY_MAJOR",
-    "COMPUTE_CAPABILITY_MINOR",
-    "MULTIPROCESSOR_COUNT",
-    "L2_CACHE_SIZE",
-    "MAX_THREADS_PER_BLOCK",
-    "MAX_SHARED_MEMORY_PER_BLOCK",
-    "CLOCK_RATE",
-    "MEMORY_CLOCK_RATE",
-    "GLOBAL_MEMORY_BUS_WIDTH",
-)
-
-# Flags, as plain ints so callers need not import the bindings.
-MEM_ATTACH_GLOBAL = 0x1
-MEM_ATTACH_HOST = 0x2
-MEM_ATTACH_SINGLE = 0x4
-MEMHOSTALLOC_PORTABLE = 0x1
-MEMHOSTALLOC_DEVICEMAP = 0x2
-MEMHOSTREGISTER_PORTABLE = 0x1
-MEMHOSTREGISTER_DEVICEMAP = 0x2
-STREAM_DEFAULT = 0x0
-STREAM_NON_BLOCKING = 0x1
-EVENT_DEFAULT = 0x0
-EVENT_DISABLE_TIMING = 0x2
-CPU_DEVICE_ID = -1
+#: The names the package imports from here: this module's own, and those of the modules beside it (see above).
+__all__ = [
+    "CPU_DEVICE_ID",
+    "EVENT_DEFAULT",
+    "EVENT_DISABLE_TIMING",
+    "MEMHOSTALLOC_DEVICEMAP",
+    "MEMHOSTALLOC_PORTABLE",
+    "MEMHOSTREGISTER_DEVICEMAP",
+    "MEMHOSTREGISTER_PORTABLE",
+    "MEMORY_ATTRIBUTES",
+    "MEM_ATTACH_GLOBAL",
+    "MEM_ATTACH_HOST",
+    "MEM_ATTACH_SINGLE",
+    "OTHER_ATTRIBUTES",
+    "SLOWDOWN_REASONS",
+    "STREAM_DEFAULT",
+    "STREAM_NON_BLOCKING",
+    "SYSTEM_CUDA",
+    "ClockState",
+    "ContextHandle",
+    "CudaDriver",
+    "DeviceHandle",
+    "DriverBackend",
+    "EventHandle",
+    "FunctionHandle",
+    "HeaderSearch",
+    "ModuleHandle",
+    "NvrtcBackend",
+    "NvrtcLibrary",
+    "StreamHandle",
+    "describe_error",
+    "error_name",
+    "find_cuda_headers",
+    "get",
+    "install",
+    "installed",
+    "load_nvrtc",
+    "nvrtc_install_hint",
+    "nvrtc_soname",
+    "out_buffer",
+    "page_span",
+    "process_mmap",
+    "process_munmap",
+    "unnamed_code",
+    "use",
+]
 
 
 def _import_bindings() -> tuple[Any, Any]:
@@ -69,203 +112,6 @@ def _import_bindings() -> tuple[Any, Any]:
     except ImportError as exc:  # pragma: no cover - depends on the install
         raise CudaUnavailable(f"cuda-bindings is not installed ({exc})") from exc
     return driver, nvrtc
-
-
-#: NVML clock-event reasons that mean the GPU is held below the clock it was asked for (nvmlClocksEventReasons).
-#: The software power cap is left out: a heavy kernel runs at it in its steady state; the clocks it costs are
-#: compared as clocks (:func:`pytest_jetmem.plugin.judging.at_other_clocks`).
-SLOWDOWN_REASONS = {
-    0x8: "HW slowdown",
-    0x20: "SW thermal slowdown",
-    0x40: "HW thermal slowdown",
-    0x80: "HW power brake slowdown",
-}
-
-
-@dataclass(frozen=True)
-class ClockState:
-    """The SM clock now and its maximum (MHz), and the active slowdown reasons, as NVML reports them (on a Jetson:
-    the GPU devfreq clock, see :func:`pytest_jetmem.machine.jetson.gpu_clock_state`).
-
-    ``counters``: cumulative event counters (a Jetson's over-current events); a rise while sampling is a slowdown.
-    """
-
-    sm_mhz: int
-    sm_max_mhz: int
-    slowdowns: tuple[str, ...] = ()
-    counters: tuple[tuple[str, int], ...] = ()
-
-
-# -- the backend interface ---------------------------------------------------------------------------------------
-#: Opaque driver handles: what the backend returned, handed back to it unchanged (cuda.bindings' ``CUdevice``,
-#: ``CUcontext``, ``CUstream``, ``CUevent``, ``CUmodule`` and ``CUfunction`` for :class:`CudaDriver`; a fake's or
-#: :class:`~pytest_jetmem.cuda.nogpu.CheckDriver`'s own objects). ``int(handle)`` gives the raw value.
-DeviceHandle: TypeAlias = Any
-ContextHandle: TypeAlias = Any
-StreamHandle: TypeAlias = Any
-EventHandle: TypeAlias = Any
-ModuleHandle: TypeAlias = Any
-FunctionHandle: TypeAlias = Any
-
-
-class NvrtcBackend(Protocol):
-    """The compiler part of a backend: all that :func:`pytest_jetmem.cuda.compiler.compile_kernel` calls."""
-
-    def nvrtc_version(self) -> tuple[int, int]:
-        """NVRTC's (major, minor); CudaUnavailable where NVRTC cannot be loaded."""
-        ...
-
-    def nvrtc_supported_archs(self) -> list[int]:
-        """The architectures NVRTC compiles for, as numbers (87 for sm_87)."""
-        ...
-
-    def nvrtc_compile(
-        self, source: str, filename: str, options: Sequence[str], name_expressions: Sequence[str] = ...
-    ) -> tuple[bytes, str, dict[str, str]]:
-        """Compile to a CUBIN: (cubin, log, lowered name of each name expression); CompileError on failure."""
-        ...
-
-
-class DriverBackend(NvrtcBackend, Protocol):
-    """Every driver call pytest-jetmem makes: what the backend :func:`get` returns provides.
-
-    Implemented by :class:`CudaDriver` (the real driver), :class:`~pytest_jetmem.cuda.nogpu.CheckDriver` (no GPU:
-    compiles, counts launches, raises ``GpuNeeded`` for answers only a GPU has) and the test suite's fake
-    (``tests/fakes/fake_driver.py``); mypy checks each against it (the assignments after :class:`CudaDriver`, in
-    ``cuda/nogpu.py`` and in ``tests/fakes``). Device pointers are ``int``; handles are opaque (above). A failing
-    call raises :class:`~pytest_jetmem.errors.CudaError`. Calls that take a ``stream`` queue work on it (``None``:
-    the synchronous form); only the CUDA layer makes them: above it, stream work goes through the methods of
-    :class:`~pytest_jetmem.cuda.workspace.Workspace`, so a workspace's observers see all the GPU work a test queues.
-    """
-
-    @property
-    def bindings_version(self) -> str:
-        """The cuda-bindings version (for the report header and the machine record)."""
-        ...
-
-    # -- initialisation and devices
-    def init(self) -> None:
-        """cuInit; CudaUnavailable where there is no driver or no device."""
-        ...
-
-    def driver_version(self) -> int: ...
-
-    def device_count(self) -> int: ...
-
-    def device_get(self, ordinal: int) -> DeviceHandle: ...
-
-    def device_name(self, dev: DeviceHandle) -> str: ...
-
-    def device_total_mem(self, dev: DeviceHandle) -> int: ...
-
-    def device_attribute(self, dev: DeviceHandle, name: str) -> int:
-        """A device attribute by its CUDA name without the prefix (``INTEGRATED``)."""
-        ...
-
-    def clock_state(self, dev: DeviceHandle) -> ClockState | None:
-        """The SM clock and slowdown reasons now (None: this backend cannot tell)."""
-        ...
-
-    def nvrtc_library(self) -> NvrtcLibrary | None:
-        """Where NVRTC was loaded from (None: this backend does not say); CudaUnavailable where it cannot be."""
-        ...
-
-    # -- contexts
-    def primary_ctx_retain(self, dev: DeviceHandle) -> ContextHandle: ...
-
-    def primary_ctx_release(self, dev: DeviceHandle) -> None: ...
-
-    def ctx_set_current(self, ctx: ContextHandle) -> None: ...
-
-    def ctx_synchronize(self) -> None: ...
-
-    # -- memory
-    def mem_get_info(self) -> tuple[int, int]:
-        """(free, total) bytes of device memory."""
-        ...
-
-    def mem_alloc(self, nbytes: int) -> int: ...
-
-    def mem_free(self, ptr: int) -> None: ...
-
-    def mem_alloc_managed(self, nbytes: int, flags: int = ...) -> int: ...
-
-    def mem_host_alloc(self, nbytes: int, flags: int) -> int: ...
-
-    def mem_host_get_device_pointer(self, host_ptr: int) -> int: ...
-
-    def mem_free_host(self, host_ptr: int) -> None: ...
-
-    def mem_host_register(self, host_ptr: int, nbytes: int, flags: int) -> None:
-        """cuMemHostRegister: page-lock (and with DEVICEMAP map) ``nbytes`` of host memory the process allocated."""
-        ...
-
-    def mem_host_unregister(self, host_ptr: int) -> None:
-        """cuMemHostUnregister of the base address a :meth:`mem_host_register` registered."""
-        ...
-
-    def pageable_alloc(self, nbytes: int) -> int:
-        """Pageable host memory from the process, not from CUDA (an anonymous, page-aligned ``mmap`` of ``nbytes``
-        rounded up to whole pages): what a camera, NIC or decoder buffer is. MemoryError where the OS refuses."""
-        ...
-
-    def pageable_free(self, host_ptr: int, nbytes: int) -> None:
-        """Give back what :meth:`pageable_alloc` returned for ``nbytes`` (``munmap``); OSError where it fails."""
-        ...
-
-    def memcpy_htod(self, dst: int, src_host: int, nbytes: int, stream: StreamHandle = ...) -> None: ...
-
-    def memcpy_dtoh(self, dst_host: int, src: int, nbytes: int, stream: StreamHandle = ...) -> None: ...
-
-    def memcpy_dtod(self, dst: int, src: int, nbytes: int, stream: StreamHandle = ...) -> None: ...
-
-    def memset_d8(self, ptr: int, value: int, nbytes: int, stream: StreamHandle = ...) -> None: ...
-
-    def mem_prefetch_async(self, ptr: int, nbytes: int, device_ordinal: int, stream: StreamHandle) -> None:
-        """Prefetch managed memory to a device ordinal, or to the host with :data:`CPU_DEVICE_ID`."""
-        ...
-
-    def mem_advise(self, ptr: int, nbytes: int, advice: str, device_ordinal: int) -> None:
-        """cuMemAdvise with an advice name such as ``SET_READ_MOSTLY``."""
-        ...
-
-    # -- streams and events
-    def stream_create(self, flags: int = ...) -> StreamHandle: ...
-
-    def stream_destroy(self, stream: StreamHandle) -> None: ...
-
-    def stream_synchronize(self, stream: StreamHandle) -> None: ...
-
-    def stream_attach_mem_async(self, stream: StreamHandle, ptr: int, flags: int) -> None: ...
-
-    def event_create(self, flags: int = ...) -> EventHandle: ...
-
-    def event_destroy(self, event: EventHandle) -> None: ...
-
-    def event_record(self, event: EventHandle, stream: StreamHandle) -> None: ...
-
-    def event_synchronize(self, event: EventHandle) -> None: ...
-
-    def event_elapsed_ms(self, start: EventHandle, end: EventHandle) -> float: ...
-
-    # -- modules and launches
-    def module_load_data(self, image: bytes) -> ModuleHandle: ...
-
-    def module_unload(self, module: ModuleHandle) -> None: ...
-
-    def module_get_function(self, module: ModuleHandle, name: str) -> FunctionHandle: ...
-
-    def launch_kernel(
-        self,
-        func: FunctionHandle,
-        grid: tuple[int, int, int],
-        block: tuple[int, int, int],
-        shared_mem: int,
-        stream: StreamHandle,
-        params_ptr: int,
-    ) -> None:
-        """cuLaunchKernel with ``params_ptr`` the address of an array of argument addresses."""
-        ...
 
 
 class CudaDriver:
@@ -334,7 +180,7 @@ class CudaDriver:
         return self._call("cuDeviceGet", ordinal)
 
     def device_name(self, dev: Any) -> str:
-        raw = self._call("cuDeviceGetName", 256, dev)
+        raw: bytes = self._call("cuDeviceGetName", 256, dev)
         return raw.split(b"\0", 1)[0].decode(errors="replace")
 
     def device_total_mem(self, dev: Any) -> int:
@@ -611,67 +457,10 @@ class CudaDriver:
 if TYPE_CHECKING:  # mypy checks the real driver against the interface it implements
     _REAL: DriverBackend = CudaDriver()
 
-
-# -- CUDA headers for NVRTC ---------------------------------------------------------------------------------------
+# -- NVRTC and the CUDA headers: found through cuda.pathfinder, then the toolkits ------------------------------------
 
 #: Where ``/usr/local/cuda`` puts the toolkit (JetPack installs it there).
 SYSTEM_CUDA = "/usr/local/cuda"
-# A header each component's include directory must hold to count as found.
-_CUDART_MARKER = "cuda_fp16.h"
-_CCCL_MARKER = os.path.join("cuda", "std", "version")
-
-
-@dataclass(frozen=True)
-class HeaderSearch:
-    """Where NVRTC finds the CUDA headers: the include directories chosen, and every place looked at.
-
-    ``dirs`` are ``(directory, how it was found)`` pairs, in ``-I`` order: the CUDA runtime headers
-    (``cuda_fp16.h``, ``cooperative_groups.h``, ...) and CCCL (``cub/``, ``cuda/std/``, ``thrust/``).
-    ``looked`` says, for each place in the search order, what was found there (for error messages).
-    """
-
-    dirs: tuple[tuple[str, str], ...]
-    looked: tuple[str, ...]
-
-    @property
-    def paths(self) -> tuple[str, ...]:
-        return tuple(d for d, _ in self.dirs)
-
-    @functools.cached_property
-    def fingerprint(self) -> str:
-        """A digest of the chosen directories and their marker headers (part of the kernel cache key)."""
-        digest = hashlib.sha256()
-        for directory, _ in self.dirs:
-            digest.update(directory.encode() + b"\0")
-            for marker in (_CUDART_MARKER, _CCCL_MARKER):
-                with contextlib.suppress(OSError):
-                    digest.update(Path(directory, marker).read_bytes())
-        return digest.hexdigest()
-
-    def describe(self) -> str:
-        """One line per place looked at, in search order."""
-        return "; ".join(self.looked) if self.looked else "nowhere (CUDA header discovery was turned off)"
-
-
-@dataclass(frozen=True)
-class NvrtcLibrary:
-    """The NVRTC library of this process: its path, how it was found, and why the wheel's was not used."""
-
-    path: str
-    found_via: str
-    wheel_error: str = ""  # set where the wheel's library failed to load and a toolkit's is used instead
-
-    def describe(self) -> str:
-        """For the session header: ``/path/libnvrtc.so.13 (site-packages)``, and the fallback's reason."""
-        text = f"{self.path} ({self.found_via})"
-        if self.wheel_error:
-            text += f"; the wheel's NVRTC did not load: {self.wheel_error}"
-        return text
-
-
-def _toolkit_roots(cuda_home: str, cuda_path: str) -> list[tuple[str, str]]:
-    """(how named, root) of the CUDA toolkits to look in, in order; a root is "" where its variable is unset."""
-    return [("$CUDA_HOME", cuda_home), ("$CUDA_PATH", cuda_path), (SYSTEM_CUDA, SYSTEM_CUDA)]
 
 
 def load_nvrtc(bindings_major: int, env: dict[str, str] | None = None) -> NvrtcLibrary:
@@ -681,8 +470,8 @@ def load_nvrtc(bindings_major: int, env: dict[str, str] | None = None) -> NvrtcL
     NVRTC wheel, conda, the system loader, ``$CUDA_PATH``/``$CUDA_HOME``). Where that raises, e.g. because the
     wheel's library is a server (SBSA) build that does not load on L4T, the first ``libnvrtc.so.<major>``
     under ``$CUDA_HOME``, ``$CUDA_PATH`` or ``/usr/local/cuda`` (JetPack installs it) that loads is loaded
-    process-wide; cuda-bindings then finds it already loaded and uses it. CudaUnavailable says where
-    it looked and why each failed.
+    process-wide (:func:`~pytest_jetmem.cuda.nvrtc_loader.load_toolkit_nvrtc`); cuda-bindings then finds it
+    already loaded and uses it. CudaUnavailable says where it looked and why each failed.
     """
     env = dict(os.environ) if env is None else env
     try:
@@ -695,64 +484,8 @@ def load_nvrtc(bindings_major: int, env: dict[str, str] | None = None) -> NvrtcL
         wheel_error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
     else:
         return NvrtcLibrary(str(loaded.abs_path or "(already loaded)"), str(getattr(loaded, "found_via", "?")))
-    majors = [bindings_major] if bindings_major else [13, 12]  # cuda-bindings N uses NVRTC N only
-    sonames = [f"libnvrtc.so.{m}" for m in majors]
-    arch = os.uname().machine
-    libdirs = ("lib64", "lib", f"targets/{arch}-linux/lib", "targets/sbsa-linux/lib")
-    tried: list[str] = []
-    found_one = not wheel_error.startswith("DynamicLibNotFoundError")  # a library found that did not load
-    for via, root in _toolkit_roots(env.get("CUDA_HOME", ""), env.get("CUDA_PATH", "")):
-        if not root:
-            tried.append(f"{via}: not set")
-            continue
-        for libdir in libdirs:
-            for soname in sonames:
-                candidate = os.path.join(root, libdir, soname)
-                if not os.path.isfile(candidate):
-                    continue
-                found_one = True
-                try:
-                    ctypes.CDLL(candidate, mode=os.RTLD_GLOBAL)
-                    _preload_builtins(os.path.dirname(candidate))
-                except OSError as exc:
-                    tried.append(f"{candidate}: {exc}")
-                    continue
-                return NvrtcLibrary(candidate, f"{via}, after the wheel's failed", wheel_error)
-        tried.append(f"{via}: no {' or '.join(sonames)} under {root}/{{{','.join(libdirs)}}}")
-    hint = nvrtc_install_hint(bindings_major)
-    if not found_one:  # nowhere a library: what a pip install without the cu12/cu13 extra leaves
-        raise CudaUnavailable(
-            f"NVRTC not found ({' or '.join(sonames)}): {hint}; looked in: the NVRTC wheel, conda and the system "
-            f"loader (cuda.pathfinder), {'; '.join(tried)}"
-        )
-    raise CudaUnavailable(
-        f"NVRTC could not be loaded ({wheel_error}); also tried: {'; '.join(tried)}. {hint[0].upper()}{hint[1:]}"
-    )
-
-
-def nvrtc_soname(bindings_major: int) -> str:
-    """The NVRTC library cuda-bindings ``bindings_major`` loads (``libnvrtc.so.13``; either where unknown)."""
-    return f"libnvrtc.so.{bindings_major}" if bindings_major else "libnvrtc.so.13 or libnvrtc.so.12"
-
-
-def nvrtc_install_hint(bindings_major: int) -> str:
-    """How to get the NVRTC of cuda-bindings ``bindings_major``: the matching extra, or a CUDA toolkit."""
-    if bindings_major == 12:
-        extras = "pytest-jetmem[cu12] (or pytest-jetmem[cu13] for CUDA 13)"
-    else:
-        extras = "pytest-jetmem[cu13] (or pytest-jetmem[cu12] on JetPack 6)"
-    return f"install {extras}, or point CUDA_HOME at a CUDA toolkit"
-
-
-def _preload_builtins(libdir: str) -> None:
-    """Load the ``libnvrtc-builtins.so.*`` beside a toolkit's NVRTC, process-wide.
-
-    NVRTC opens its builtins library by soname at the first compile. Some NVRTC releases (13.0.48) carry no
-    ``$ORIGIN`` run path, so a toolkit outside the loader's search path (a ``CUDA_HOME`` not in ``ld.so.conf``)
-    fails there with "failed to open libnvrtc-builtins.so.13.0"; loaded first, the soname is already there.
-    """
-    for path in sorted(glob.glob(os.path.join(libdir, "libnvrtc-builtins.so.*"))):
-        ctypes.CDLL(path, mode=os.RTLD_GLOBAL)
+    roots = toolkit_roots(env.get("CUDA_HOME", ""), env.get("CUDA_PATH", ""), SYSTEM_CUDA)
+    return load_toolkit_nvrtc(bindings_major, roots, wheel_error)
 
 
 def find_cuda_headers(env: dict[str, str] | None = None) -> HeaderSearch:
@@ -769,51 +502,32 @@ def find_cuda_headers(env: dict[str, str] | None = None) -> HeaderSearch:
 
 @functools.lru_cache(maxsize=8)
 def _find_cuda_headers(cuda_home: str, cuda_path: str) -> HeaderSearch:
-    # In search order: (component, directory, how found), or (None, note, "") for a place with nothing to try.
-    places: list[tuple[str | None, str, str]] = []
-    for libname in ("cudart", "cccl"):
-        try:
-            from cuda import pathfinder  # the header wheels' own locator (a dependency of cuda-bindings)
-
-            locate = getattr(pathfinder, "locate_nvidia_header_directory", None)
-            if locate is not None:
-                located = locate(libname)
-                found = (located.abs_path, f"cuda.pathfinder ({located.found_via})") if located else None
-            else:  # before locate_*: the path alone
-                path = pathfinder.find_nvidia_header_directory(libname)
-                found = (path, "cuda.pathfinder") if path else None
-        except Exception as exc:  # not installed, or a name this version does not know
-            places.append((None, f"cuda.pathfinder {libname}: unavailable ({type(exc).__name__}: {exc})", ""))
-            continue
-        if found is None or not found[0]:
-            places.append((None, f"cuda.pathfinder {libname}: no header wheel or toolkit found", ""))
-            continue
-        places.append((libname, found[0], found[1]))
-    for via, root in _toolkit_roots(cuda_home, cuda_path):
-        if not root:
-            places.append((None, f"{via}: not set", ""))
-            continue
-        include = os.path.join(root, "include")
-        places += [("cudart", include, via), ("cccl", os.path.join(include, "cccl"), via), ("cccl", include, via)]
-
-    chosen: dict[str, tuple[str, str]] = {}
-    looked: list[str] = []
-    for component, directory, via in places:
-        if component is None:
-            looked.append(directory)
-            continue
-        if component in chosen:
-            continue
-        marker = _CUDART_MARKER if component == "cudart" else _CCCL_MARKER
-        if os.path.isfile(os.path.join(directory, marker)):
-            chosen[component] = (os.path.realpath(directory), via)
-            looked.append(f"{via}: {directory} (has {marker}: used)")
-        else:
-            looked.append(f"{via}: {directory} (no {marker})")
-    dirs = list(dict.fromkeys(chosen[c] for c in ("cudart", "cccl") if c in chosen))
-    return HeaderSearch(tuple(dirs), tuple(looked))
+    places = [_pathfinder_place(libname) for libname in ("cudart", "cccl")]
+    places += toolkit_places(toolkit_roots(cuda_home, cuda_path, SYSTEM_CUDA))
+    return choose_headers(places)
 
 
+def _pathfinder_place(libname: str) -> Place:
+    """Where ``cuda.pathfinder`` (the header wheels' own locator, a dependency of cuda-bindings) finds the headers of
+    ``libname``, or a note saying why it found none."""
+    try:
+        from cuda import pathfinder
+
+        locate = getattr(pathfinder, "locate_nvidia_header_directory", None)
+        if locate is not None:
+            located = locate(libname)
+            found = (located.abs_path, f"cuda.pathfinder ({located.found_via})") if located else None
+        else:  # before locate_*: the path alone
+            path = pathfinder.find_nvidia_header_directory(libname)
+            found = (path, "cuda.pathfinder") if path else None
+    except Exception as exc:  # not installed, or a name this version does not know
+        return (None, f"cuda.pathfinder {libname}: unavailable ({type(exc).__name__}: {exc})", "")
+    if found is None or not found[0]:
+        return (None, f"cuda.pathfinder {libname}: no header wheel or toolkit found", "")
+    return (libname, found[0], found[1])
+
+
+# -- error names --------------------------------------------------------------------------------------------------
 #: Names of codes some cuda-bindings release has no enum member for (a driver may still return them): cuInit
 #: returns 35 where the driver is older than the CUDA it is asked for; cuda-bindings 13 does not know 35.
 _EXTRA_CUDA_NAMES = {35: "CUDA_ERROR_INSUFFICIENT_DRIVER"}
@@ -879,45 +593,6 @@ def unnamed_code(exc: BaseException) -> int | None:
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__
-
-
-# -- pageable host memory of the process -------------------------------------------------------------------------
-def page_span(nbytes: int) -> int:
-    """``nbytes`` rounded up to whole pages (at least one page)."""
-    page = mmap.PAGESIZE
-    return max(page, (nbytes + page - 1) // page * page)
-
-
-@functools.lru_cache(maxsize=1)
-def _libc() -> Any:
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.mmap.restype = ctypes.c_void_p
-    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
-    libc.munmap.restype = ctypes.c_int
-    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-    return libc
-
-
-def process_mmap(nbytes: int) -> int:
-    """An anonymous private ``mmap`` of :func:`page_span` bytes (page-aligned, zero-filled, not CUDA's); its address.
-
-    MemoryError naming the size and the OS error where ``mmap`` fails.
-    """
-    if nbytes <= 0:
-        raise ValueError(f"pageable host memory: expected a size > 0 bytes, got {nbytes}")
-    span = page_span(nbytes)
-    addr = _libc().mmap(None, span, mmap.PROT_READ | mmap.PROT_WRITE, mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS, -1, 0)
-    if addr is None or addr == ctypes.c_void_p(-1).value:
-        err = ctypes.get_errno()
-        raise MemoryError(f"mmap of {span} bytes of pageable host memory failed: {os.strerror(err)} (errno {err})")
-    return int(addr)
-
-
-def process_munmap(host_ptr: int, nbytes: int) -> None:
-    """``munmap`` what :func:`process_mmap` returned for ``nbytes``; OSError naming the address where it fails."""
-    if _libc().munmap(host_ptr, page_span(nbytes)) != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"munmap of 0x{host_ptr:x} (+{page_span(nbytes)} bytes) failed: {os.strerror(err)}")
 
 
 _backend: DriverBackend | None = None

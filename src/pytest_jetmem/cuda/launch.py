@@ -1,14 +1,17 @@
-"""Kernel launches from Python: the kernel's signature read from its source, arguments packed for cuLaunchKernel."""
+"""Kernel launches from Python: arguments checked against the kernel's signature and packed for cuLaunchKernel.
+
+The signature is read from the kernel's source by :mod:`pytest_jetmem.cuda.signature` (whose names the package
+imports from here too: :func:`parse_signature`, :class:`Param`, :data:`POINTER`).
+"""
 
 from __future__ import annotations
 
 import ctypes
 import math
-import re
 import struct
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
@@ -16,191 +19,20 @@ import numpy as np
 from pytest_jetmem.cuda.buffer import Buffer
 from pytest_jetmem.cuda.compiler import CompiledKernel
 from pytest_jetmem.cuda.driver import FunctionHandle, StreamHandle
-from pytest_jetmem.errors import LaunchArgumentError
+from pytest_jetmem.cuda.signature import C_TYPES, POINTER, Param, parse_signature
+from pytest_jetmem.errors import LaunchArgumentError, hide_for_user_errors
 
-POINTER = "pointer"
-
-# C parameter types -> numpy dtypes (LP64, as on Linux aarch64 and x86-64).
-C_TYPES: dict[str, np.dtype] = {
-    k: np.dtype(v)
-    for k, v in {
-        "float": "float32",
-        "double": "float64",
-        "__half": "float16",
-        "half": "float16",
-        "bool": "bool",
-        "char": "int8",
-        "signed char": "int8",
-        "unsigned char": "uint8",
-        "short": "int16",
-        "unsigned short": "uint16",
-        "int": "int32",
-        "signed": "int32",
-        "signed int": "int32",
-        "unsigned": "uint32",
-        "unsigned int": "uint32",
-        "long": "int64",
-        "unsigned long": "uint64",
-        "long long": "int64",
-        "unsigned long long": "uint64",
-        "size_t": "uint64",
-        "ptrdiff_t": "int64",
-        "int8_t": "int8",
-        "uint8_t": "uint8",
-        "int16_t": "int16",
-        "uint16_t": "uint16",
-        "int32_t": "int32",
-        "uint32_t": "uint32",
-        "int64_t": "int64",
-        "uint64_t": "uint64",
-    }.items()
-}
-_QUALIFIERS = {"const", "volatile", "__restrict__", "restrict", "__restrict", "struct"}
-_TYPE_WORDS = {w for k in C_TYPES for w in k.split()} | {"void"}
-
-
-@dataclass(frozen=True)
-class Param:
-    """One kernel parameter: its name and a numpy dtype, ``POINTER``, or None when unknown; ``ctype``: its C
-    type as declared, template arguments substituted (``const float*``; "" where not read from a source)."""
-
-    name: str
-    kind: np.dtype | str | None
-    ctype: str = field(default="", compare=False)  # what the kernel expects; equal parameters pass alike
-
-    def declared(self) -> str:
-        """``const float* x`` (the parameter as declared), or its name where the type was not read."""
-        return f"{self.ctype} {self.name}" if self.ctype else self.name
-
-    def describe(self) -> str:
-        if self.kind is None:
-            return f"{self.name} (type not known: pass a numpy scalar)"
-        return f"{self.name} ({'a pointer' if self.kind == POINTER else self.kind})"
-
-
-def parse_signature(source: str, name: str) -> list[Param] | None:
-    """The parameters of ``__global__ ... name(...)`` in ``source``, or None if it cannot be read.
-
-    ``name`` may be a C++ name expression (``saxpy<float>``, ``ns::k<float, 4>``): the template's
-    parameters are substituted with the expression's arguments (or their defaults), so ``T* x, T a``
-    of ``saxpy<float>`` read as a pointer and a float32. A parameter whose type is not a known scalar
-    or a pointer (a struct, a template type left open) has kind None.
-    """
-    base, targs = _split_name(name)
-    if base is None:
-        return None
-    code = _strip_comments(source)
-    m = re.search(rf"__global__[^;{{]*?\b{re.escape(base)}\s*\(", code)
-    if not m:
-        return None
-    body = _balanced(code, m.end() - 1, "(", ")")
-    if body is None:
-        return None
-    substitutions: dict[str, str] = {}
-    if targs is not None:
-        tparams = _template_params(code, m.start())
-        if tparams is None or len(targs) > len(tparams):
-            return None
-        for i, (pname, default) in enumerate(tparams):
-            value = targs[i] if i < len(targs) else default
-            if value is None:
-                return None
-            substitutions[pname] = value
-    body = body.strip()
-    if not body or body == "void":
-        return []
-    params = []
-    for i, raw in enumerate(_split_top(body)):
-        text = raw.split("=")[0].strip()
-        for tname, value in substitutions.items():
-            text = re.sub(rf"\b{re.escape(tname)}\b", f" {value} ", text)
-        pointer = "*" in text or "&" in text
-        templated = "<" in text
-        text = re.sub(r"(?:::)?\b(?:cuda\s*::\s*)?std\s*::\s*", " ", text)  # cuda::std::size_t, std::int32_t
-        tokens = [t for t in re.split(r"[\s*&]+", re.sub(r"<.*>", " ", text)) if t and t not in _QUALIFIERS]
-        named = len(tokens) >= 2 and tokens[-1] not in _TYPE_WORDS
-        pname = tokens[-1] if named else f"arg{i}"
-        base_type = " ".join(tokens[:-1] if named else tokens)
-        kind: np.dtype | str | None = POINTER if pointer else (None if templated else C_TYPES.get(base_type))
-        params.append(Param(pname, kind, _ctype(text, pname if named else "")))
-    return params
-
-
-def _ctype(text: str, pname: str) -> str:
-    """A parameter's declaration ``text`` without its name, spaced as C is usually written (``const float*``)."""
-    if pname:
-        text = re.sub(rf"\b{re.escape(pname)}\s*$", "", text.strip())
-    text = re.sub(r"([*&])\s+(?=[*&])", r"\1", re.sub(r"\s+", " ", text))
-    return re.sub(r"\s*([*&]+)\s*", r"\1 ", text).strip()
-
-
-def _split_name(name: str) -> tuple[str | None, list[str] | None]:
-    """``ns::saxpy<float, 4>`` -> (``saxpy``, [``float``, ``4``]); a plain name has no argument list (None)."""
-    text = name.strip()
-    args: list[str] | None = None
-    if text.endswith(">") and "<" in text:
-        open_at = text.index("<")
-        inner = _balanced(text, open_at, "<", ">")
-        if inner is None:
-            return None, None
-        args = [a.strip() for a in _split_top(inner)] if inner.strip() else []
-        text = text[:open_at]
-    ident = text.split("::")[-1].strip()
-    return (ident if re.fullmatch(r"[A-Za-z_]\w*", ident) else None), args
-
-
-def _balanced(text: str, open_at: int, opening: str, closing: str) -> str | None:
-    """The text between ``text[open_at]`` (an opening bracket) and its matching closing one."""
-    depth = 0
-    for i in range(open_at, len(text)):
-        if text[i] == opening:
-            depth += 1
-        elif text[i] == closing:
-            depth -= 1
-            if depth == 0:
-                return text[open_at + 1 : i]
-    return None
-
-
-def _split_top(text: str) -> list[str]:
-    """Split at commas outside ``<>``, ``()``, ``[]`` and ``{}``."""
-    parts, depth, start = [], 0, 0
-    for i, ch in enumerate(text):
-        if ch in "<([{":
-            depth += 1
-        elif ch in ">)]}":
-            depth -= 1
-        elif ch == "," and depth == 0:
-            parts.append(text[start:i])
-            start = i + 1
-    parts.append(text[start:])
-    return parts
-
-
-def _template_params(code: str, global_at: int) -> list[tuple[str, str | None]] | None:
-    """(name, default) of each parameter of the ``template <...>`` heading the declaration at ``global_at``."""
-    head_start = max(code.rfind(";", 0, global_at), code.rfind("}", 0, global_at)) + 1
-    head = code[head_start:global_at]
-    t = re.search(r"\btemplate\s*<", head)
-    if not t:
-        return None
-    inner = _balanced(head, t.end() - 1, "<", ">")
-    if inner is None:
-        return None
-    out: list[tuple[str, str | None]] = []
-    for raw in _split_top(inner):
-        decl, _, default = raw.partition("=")
-        if "..." in decl:
-            return None  # a parameter pack: the arguments cannot be matched one to one
-        words = re.findall(r"[A-Za-z_]\w*", decl)
-        if len(words) < 2:
-            return None
-        out.append((words[-1], default.strip() or None))
-    return out
-
-
-def _strip_comments(source: str) -> str:
-    return re.sub(r"//[^\n]*|/\*.*?\*/", " ", source, flags=re.S)
+__all__ = [
+    "C_TYPES",
+    "POINTER",
+    "Kernel",
+    "LaunchArgumentError",
+    "LaunchContext",
+    "LaunchTarget",
+    "Param",
+    "pack_args",
+    "parse_signature",
+]
 
 
 def pack_args(kernel_name: str, args: Sequence[Any], params: list[Param] | None) -> tuple[list[np.ndarray], np.ndarray]:
@@ -208,13 +40,12 @@ def pack_args(kernel_name: str, args: Sequence[Any], params: list[Param] | None)
 
     Buffers and objects with ``__cuda_array_interface__`` pass their device address; numpy scalars
     pass their own type; Python numbers take the declared parameter type (range checked). Returns
-    the value holders (keep them alive until the launch returns) and the address array.
+    the value holders (keep them alive until the launch returns) and the address array. A wrong
+    ``args`` (no tuple or list), count, type or value is a :class:`LaunchArgumentError` naming the kernel,
+    the argument and what it expected.
     """
-    if params is not None and len(args) != len(params):
-        raise LaunchArgumentError(
-            f"kernel {kernel_name!r} takes {len(params)} arguments "
-            f"({', '.join(p.describe() for p in params)}), got {len(args)}"
-        )
+    __tracebackhide__ = hide_for_user_errors  # the user's launch is the line to show
+    _check_count(kernel_name, args, params)
     holders = []
     for i, value in enumerate(args):
         param = params[i] if params is not None else None
@@ -223,34 +54,109 @@ def pack_args(kernel_name: str, args: Sequence[Any], params: list[Param] | None)
     return holders, addresses
 
 
+def _check_count(kernel_name: str, args: Any, params: list[Param] | None) -> None:
+    """``args`` is a tuple or list (any non-text sequence) of as many arguments as the kernel has parameters."""
+    __tracebackhide__ = hide_for_user_errors
+    declared = f" ({', '.join(p.describe() for p in params)})" if params is not None else ""
+    if isinstance(args, (str, bytes, bytearray)) or not isinstance(args, Sequence):
+        raise LaunchArgumentError(
+            f"kernel {kernel_name!r} args: expected a tuple of the kernel's arguments{declared}, got "
+            f"{type(args).__name__} {_short(args)}; pass args=(a, b, ...) (one argument: args=(a,))"
+        )
+    if params is not None and len(args) != len(params):
+        raise LaunchArgumentError(f"kernel {kernel_name!r} takes {len(params)} arguments{declared}, got {len(args)}")
+
+
 def _pack_one(kernel_name: str, index: int, value: Any, param: Param | None) -> np.ndarray:
+    """One argument as the value cuLaunchKernel reads: a device address, or a scalar of the parameter's type."""
+    __tracebackhide__ = hide_for_user_errors
     where = f"kernel {kernel_name!r} argument {index}" + (f" ({param.name})" if param else "")
     kind = param.kind if param else None
-    cai = getattr(value, "__cuda_array_interface__", None)
-    if cai is not None:
+    address = _device_address(where, value)
+    if address is not None:
         if kind not in (None, POINTER):
             raise LaunchArgumentError(f"{where}: expected {kind}, got a device buffer")
-        return np.array([cai["data"][0]], dtype=np.uint64)
+        return np.array([address], dtype=np.uint64)
     if isinstance(value, np.generic):
-        if isinstance(kind, np.dtype) and value.dtype != kind:
-            raise LaunchArgumentError(f"{where}: expected {kind}, got numpy {value.dtype} {value!r}")
-        if kind == POINTER:
-            raise LaunchArgumentError(_pointer_expected(where, param, f"numpy {value.dtype} {value}"))
-        return np.array([value], dtype=value.dtype)
+        return _pack_numpy(where, value, param)
     if isinstance(value, (bool, int, float)):
-        if kind == POINTER and isinstance(value, int) and not isinstance(value, bool):
-            if not 0 <= value < 2**64:
-                raise LaunchArgumentError(f"{where}: {value} is out of range for a pointer")
-            return np.array([value], dtype=np.uint64)  # a raw device address
-        if kind == POINTER:
+        return _pack_number(where, value, param)
+    got = f"{type(value).__name__} {_short(value)}"
+    raise LaunchArgumentError(f"{where}: cannot pass {got} to a kernel; {_wanted(param)}")
+
+
+def _pack_numpy(where: str, value: np.generic, param: Param | None) -> np.ndarray:
+    """A numpy scalar: its own type, which must be the declared one."""
+    __tracebackhide__ = hide_for_user_errors
+    kind = param.kind if param else None
+    if isinstance(kind, np.dtype) and value.dtype != kind:
+        raise LaunchArgumentError(f"{where}: expected {kind}, got numpy {value.dtype} {value!r}")
+    if kind == POINTER:
+        raise LaunchArgumentError(_pointer_expected(where, param, f"numpy {value.dtype} {value}"))
+    return np.array([value], dtype=value.dtype)
+
+
+def _pack_number(where: str, value: bool | int | float, param: Param | None) -> np.ndarray:
+    """A Python number: a raw device address for a pointer, else the declared type (range checked)."""
+    __tracebackhide__ = hide_for_user_errors
+    kind = param.kind if param else None
+    if kind == POINTER:
+        if isinstance(value, bool) or not isinstance(value, int):
             raise LaunchArgumentError(_pointer_expected(where, param, f"{type(value).__name__} {value!r}"))
-        if not isinstance(kind, np.dtype):
-            raise LaunchArgumentError(
-                f"{where}: a plain Python {type(value).__name__} needs a declared parameter type; "
-                "pass a numpy scalar such as np.int32(...) or np.float32(...)"
-            )
-        return _typed(where, value, kind)
-    raise LaunchArgumentError(f"{where}: cannot pass {type(value).__name__} {value!r} to a kernel")
+        if not 0 <= value < 2**64:
+            raise LaunchArgumentError(f"{where}: {value} is out of range for a pointer")
+        return np.array([value], dtype=np.uint64)  # a raw device address
+    if not isinstance(kind, np.dtype):
+        raise LaunchArgumentError(
+            f"{where}: a plain Python {type(value).__name__} needs a declared parameter type; "
+            "pass a numpy scalar such as np.int32(...) or np.float32(...)"
+        )
+    return _typed(where, value, kind)
+
+
+def _wanted(param: Param | None) -> str:
+    """What an argument for ``param`` may be, for the error about one of another type."""
+    if param is None or param.kind is None:
+        return (
+            "expected a jetmem buffer, a device array (__cuda_array_interface__), an int device pointer or a numpy "
+            "scalar such as np.int32(...)"
+        )
+    if param.kind == POINTER:
+        return (
+            f"expected a pointer for {param.declared()}: a jetmem buffer, a device array (__cuda_array_interface__) "
+            "or an int device pointer (a host numpy array: copy it to the GPU with jetmem.array(...))"
+        )
+    return f"expected {param.kind} for {param.declared()}: a numpy scalar np.{param.kind}(...) or a Python number"
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    """``repr(value)``, cut to ``limit`` characters (an array's or a long list's repr runs on for lines)."""
+    try:
+        text = repr(value)
+    except Exception:  # a repr that fails: the type says enough
+        return f"<{type(value).__name__}>"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _device_address(where: str, value: Any) -> int | None:
+    """The device address of an object with ``__cuda_array_interface__`` (None: it has none); an interface
+    without an int ``data[0]`` is a LaunchArgumentError saying what the CUDA Array Interface expects."""
+    __tracebackhide__ = hide_for_user_errors
+    try:
+        cai = getattr(value, "__cuda_array_interface__", None)
+    except Exception as exc:  # a property that raises: the object says it is a device array and is not one
+        raise LaunchArgumentError(
+            f"{where}: {type(value).__name__}.__cuda_array_interface__ raised {type(exc).__name__}: {exc}"
+        ) from None
+    if cai is None:
+        return None
+    address = _cai_address(value)
+    if address is None:
+        raise LaunchArgumentError(
+            f"{where}: {type(value).__name__}.__cuda_array_interface__ is {_short(cai)}; expected a dict whose "
+            "'data' is (device pointer as int, read-only flag) (the CUDA Array Interface, version 3)"
+        )
+    return address
 
 
 def _pointer_expected(where: str, param: Param | None, got: str) -> str:
@@ -263,6 +169,8 @@ def _pointer_expected(where: str, param: Param | None, got: str) -> str:
 
 
 def _typed(where: str, value: bool | int | float, dtype: np.dtype) -> np.ndarray:
+    """A Python number as a value of ``dtype``; a LaunchArgumentError where it does not fit."""
+    __tracebackhide__ = hide_for_user_errors
     if dtype.kind == "b" and not isinstance(value, bool) and value not in (0, 1):
         raise LaunchArgumentError(f"{where}: expected a bool (or 0/1), got {value!r}")
     if dtype.kind == "f":
@@ -281,6 +189,8 @@ def _typed(where: str, value: bool | int | float, dtype: np.dtype) -> np.ndarray
 
 
 def _dim3(value: int | Sequence[int], what: str) -> tuple[int, int, int]:
+    """``value`` (an int or 1 to 3 of them, each >= 1) as a dim3; a ValueError naming ``what`` otherwise."""
+    __tracebackhide__ = hide_for_user_errors
     try:
         dims = (value,) if isinstance(value, (int, np.integer)) else tuple(value)
     except TypeError:
@@ -321,9 +231,13 @@ def _accepted(kind: np.dtype) -> tuple[type, ...]:
 
 
 def _cai_address(value: Any) -> int | None:
-    """The device address of an object with ``__cuda_array_interface__``, or None."""
-    cai = getattr(value, "__cuda_array_interface__", None)
-    return None if cai is None else cai["data"][0]
+    """The device address of an object with a well-formed ``__cuda_array_interface__``, else None (never raises:
+    the generated packer calls it, and :func:`pack_args` then says what is wrong)."""
+    try:
+        address = value.__cuda_array_interface__["data"][0]
+    except Exception:  # no interface, or one without an address
+        return None
+    return int(address) if isinstance(address, (int, np.integer)) and not isinstance(address, bool) else None
 
 
 def _packer(params: list[Param], into: Any) -> Callable[[Sequence[Any]], bool]:
@@ -387,6 +301,20 @@ class _Layout:
         return params is not None and all(p.kind == POINTER or str(p.kind) in _STRUCT_CODES for p in params)
 
 
+class _NoLayout:
+    """The layout of a signature :class:`_Layout` cannot pack (a parameter of unknown type): :func:`pack_args` packs
+    every launch's arguments."""
+
+    table_address = 0
+
+    @staticmethod
+    def pack(args: Sequence[Any]) -> bool:
+        return False
+
+
+_NO_LAYOUT = _NoLayout()
+
+
 @dataclass(frozen=True)
 class LaunchTarget:
     """Where one kernel's launches go, resolved on its first launch and reused by every later one.
@@ -425,6 +353,7 @@ class Kernel:
 
     def _shape(self, value: int | Sequence[int], what: str) -> tuple[int, int, int]:
         """``value`` as a checked dim3; tuples of ints checked once per kernel (the same shape is the common case)."""
+        __tracebackhide__ = hide_for_user_errors
         if type(value) is tuple:
             known = self._shapes.get(value)
             if known is not None:
@@ -458,25 +387,30 @@ class Kernel:
         The arguments are checked against the kernel's parameters before anything is queued; a wrong
         count, type or value raises :class:`LaunchArgumentError` naming the parameter.
         """
+        __tracebackhide__ = hide_for_user_errors  # a wrong argument shows its message and the test's line
         g = (grid, 1, 1) if type(grid) is int and grid > 0 else self._shape(grid, "grid")
         b = (block, 1, 1) if type(block) is int and block > 0 else self._shape(block, "block")
-        target = self._target
-        if target is None:
-            target = self._target = self._ctx.launch_target(self.compiled)
-        if stream is None:
-            stream = target.stream
-        if self._fast:
-            try:
-                layout = self._layouts.layout
-            except AttributeError:
-                layout = self._layouts.layout = _Layout(self.params)  # type: ignore[arg-type]
-            if layout.pack(args):  # cuLaunchKernel copies the arguments before it returns
-                if target.observers:
-                    target.before_launch(stream)
-                target.launch(target.func, g, b, shared_mem, stream, layout.table_address)
-                return
-        holders, addresses = pack_args(self.name, args, self.params)
+        target = self._target or self._resolve()
+        try:
+            layout = self._layouts.layout
+        except AttributeError:  # this thread's first launch of the kernel
+            layout = self._layouts.layout = self._new_layout()
+        if layout.pack(args):  # cuLaunchKernel copies the arguments before it returns
+            params_ptr, keep = layout.table_address, None
+        else:  # packs them, or says what is wrong with them
+            keep = pack_args(self.name, args, self.params)
+            params_ptr = keep[1].ctypes.data
+        queue = target.stream if stream is None else stream
         if target.observers:
-            target.before_launch(stream)
-        target.launch(target.func, g, b, shared_mem, stream, addresses.ctypes.data)
-        del holders
+            target.before_launch(queue)
+        target.launch(target.func, g, b, shared_mem, queue, params_ptr)
+        del keep  # the packed values lived until cuLaunchKernel copied them
+
+    def _new_layout(self) -> _Layout | _NoLayout:
+        """The argument layout of a launching thread (one per thread: no lock on the hot path)."""
+        return _Layout(self.params) if self._fast else _NO_LAYOUT  # type: ignore[arg-type]
+
+    def _resolve(self) -> LaunchTarget:
+        """The launch target, asked of the context on the first launch and kept."""
+        self._target = self._ctx.launch_target(self.compiled)
+        return self._target

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import numbers
 import os
 import re
 from abc import ABC, abstractmethod
@@ -51,6 +52,7 @@ __all__ = [
     "RegisteredMode",
     "SystemMode",
     "ZeroCopyMode",
+    "allocation_problem",
     "default_names",
     "find_mode",
     "get_mode",
@@ -536,32 +538,57 @@ def parse_mode_list(text: str, source: str) -> tuple[str, ...]:
     Empty, unknown or repeated names, and ``all`` beside names, are a ValueError naming ``source``, the value and
     what was expected.
     """
-    given = [n for n in text.replace(",", " ").split() if n]
-    chosen = tuple(dict.fromkeys(given))
-    if not chosen:
+    given = text.replace(",", " ").split()
+    if not given:
         raise ValueError(
             f"{source}: expected a list of memory modes ({', '.join(MODES)}) or {EVERY_MODE!r}, got {text!r}"
         )
-    if EVERY_MODE in chosen:
-        if given != [EVERY_MODE]:
-            raise ValueError(
-                f"{source}: {EVERY_MODE!r} means every registered mode and stands alone, got {text!r}; expected "
-                f"{EVERY_MODE!r} or a list of memory modes ({', '.join(MODES)})"
-            )
+    if EVERY_MODE in given:
+        _check_every_stands_alone(given, text, source)
         return names()
-    bad = [n for n in chosen if n not in MODES]
+    _check_known(given, source)
+    _check_unrepeated(given, text, source)
+    return tuple(given)
+
+
+def _check_every_stands_alone(given: list[str], text: str, source: str) -> None:
+    if given != [EVERY_MODE]:
+        raise ValueError(
+            f"{source}: {EVERY_MODE!r} means every registered mode and stands alone, got {text!r}; expected "
+            f"{EVERY_MODE!r} or a list of memory modes ({', '.join(MODES)})"
+        )
+
+
+def _check_known(given: list[str], source: str) -> None:
+    bad = [n for n in dict.fromkeys(given) if n not in MODES]
     if bad:
         raise ValueError(
             f"{source}: unknown memory mode{'s' if len(bad) > 1 else ''} {', '.join(map(repr, bad))}; "
             f"expected one of {', '.join(MODES)}"
         )
-    repeated = [n for n in chosen if given.count(n) > 1]
+
+
+def _check_unrepeated(given: list[str], text: str, source: str) -> None:
+    repeated = [n for n in dict.fromkeys(given) if given.count(n) > 1]
     if repeated:
         raise ValueError(
             f"{source}: memory mode{'s' if len(repeated) > 1 else ''} {', '.join(map(repr, repeated))} given more "
             f"than once in {text!r}; expected each mode at most once"
         )
-    return chosen
+
+
+def allocation_problem(mode: MemoryMode, nbytes: int, alloc: object) -> str | None:
+    """What is wrong with what ``mode.allocate(drv, nbytes)`` returned (None: an :class:`Allocation` of at least
+    ``nbytes`` bytes at an int device address): a registered mode's mistake, said before a buffer holds it."""
+    call = f"memory mode {mode.name!r}: {type(mode).__name__}.allocate(drv, {nbytes}) returned {alloc!r}"
+    expected = f"expected an Allocation(ptr, host_ptr, nbytes) (pytest_jetmem.cuda.modes) of at least {nbytes} bytes"
+    if not isinstance(alloc, Allocation):
+        return f"{call}; {expected}"
+    if not isinstance(alloc.ptr, numbers.Integral) or alloc.nbytes < nbytes:
+        return f"{call}; {expected} at an int device address"
+    if mode.has_host_view and not isinstance(alloc.host_ptr, numbers.Integral):
+        return f"{call}; the mode has a host view (host_access MAPPED): expected an int host_ptr"
+    return None
 
 
 #: /proc/meminfo under ``$JETMEM_SYSROOT`` when it is set (recorded trees in tests), else under ``/``.

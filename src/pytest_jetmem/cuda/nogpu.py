@@ -34,8 +34,9 @@ from typing import TYPE_CHECKING, Any
 from pytest_jetmem.cuda import driver
 from pytest_jetmem.cuda.buffer import Buffer
 from pytest_jetmem.cuda.device import Device, DeviceInfo
+from pytest_jetmem.cuda.modes import HostAccess, MemoryMode, host_available_bytes
 from pytest_jetmem.cuda.session import BLOCKER_KERNEL, CudaSession
-from pytest_jetmem.errors import CudaError, CudaUnavailable
+from pytest_jetmem.errors import AllocationRefused, CudaError, CudaUnavailable
 
 #: Jetson GPU architectures, oldest first: Xavier (sm_72), Orin (sm_87), Thor (sm_101 with CUDA 12.8/12.9,
 #: sm_110 from CUDA 13 on). The default targets are those of them the installed NVRTC supports.
@@ -159,7 +160,7 @@ class CheckDriver:
     _ranges: dict[int, _Range] = field(default_factory=dict)
     _starts: list[int] = field(default_factory=list)
     _next_device: int = _DEVICE_BASE
-    _ids: itertools.count = field(default_factory=lambda: itertools.count(1))
+    _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
 
     bindings_version = "none (no GPU)"
     bindings_major = 0
@@ -232,7 +233,7 @@ class CheckDriver:
         if nbytes <= 0:
             raise CudaError(f"allocating {kind} memory", "CUDA_ERROR_INVALID_VALUE", 1, f"size {nbytes}")
         if host_visible:
-            backing = mmap.mmap(-1, nbytes)  # anonymous: pages are committed only when written
+            backing = _host_memory(nbytes, kind)
             ptr = ctypes.addressof(ctypes.c_char.from_buffer(backing))
         else:
             backing, ptr = None, self._next_device
@@ -394,6 +395,27 @@ class CheckDriver:
         return bytes(cubin), str(log), dict(lowered)
 
 
+def _host_memory(nbytes: int, kind: str) -> mmap.mmap:
+    """An anonymous mapping of ``nbytes`` (its pages are committed only when written); AllocationRefused saying
+    what was asked where the host refuses it."""
+    try:
+        return mmap.mmap(-1, nbytes)
+    except (OSError, OverflowError) as exc:
+        raise AllocationRefused(
+            f"refused to allocate {nbytes} bytes of {kind} memory: without a GPU the kernel check backs it with host "
+            f"memory, and the host refused {nbytes / 2**30:.1f} GiB ({exc})"
+        ) from None
+
+
+def check_allocatable(memmode: MemoryMode) -> tuple[int | None, str]:
+    """How many bytes a :class:`CheckDriver` allocation in ``memmode`` may take (None: never refused), and why: memory
+    the host sees is the host's own (``MemAvailable``); device memory is an address range with nothing behind it."""
+    if memmode.host_access is HostAccess.NONE:
+        return None, f"without a GPU {memmode.name} memory is a placeholder address range"
+    why = f"without a GPU the kernel check backs {memmode.name} memory with host memory: MemAvailable"
+    return host_available_bytes(), why
+
+
 if TYPE_CHECKING:  # mypy checks the no-GPU backend against the driver interface
     _CHECK: driver.DriverBackend = CheckDriver(driver.CudaDriver(), check_device_info(("sm_87",), (13, 0), ""))
 
@@ -454,4 +476,6 @@ def open_check_session(
             f"it supports {', '.join(f'sm_{a}' for a in known)}"
         )
     drv = CheckDriver(nvrtc, check_device_info(archs, version, reason))
-    return CudaSession(Device(drv, drv.info), cache, include_dirs=include_dirs, archs=archs)
+    return CudaSession(
+        Device(drv, drv.info), cache, include_dirs=include_dirs, archs=archs, allocation_limit=check_allocatable
+    )

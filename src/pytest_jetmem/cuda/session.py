@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, TypeAlias
 
 import numpy as np
 
@@ -37,7 +38,12 @@ from pytest_jetmem.cuda.driver import (
 from pytest_jetmem.cuda.launch import Kernel, LaunchContext, parse_signature
 from pytest_jetmem.errors import CudaError, CudaUnavailable, hide_for_user_errors
 
+if TYPE_CHECKING:
+    from pytest_jetmem.cuda.modes import MemoryMode
+
 BLOCKER_KERNEL = "jetmem_block_stream"
+#: How many bytes an allocation in a mode may take (None: never refused), and where that figure comes from.
+AllocationLimit: TypeAlias = Callable[["MemoryMode"], tuple[int | None, str]]
 
 
 class CudaSession:
@@ -52,15 +58,19 @@ class CudaSession:
         include_dirs: Sequence[str | Path] = (),
         archs: Sequence[str] = (),
         counters: CounterCollector | None = None,
+        allocation_limit: AllocationLimit | None = None,
     ) -> None:
         """``include_dirs``: searched by every compile after its own (the ini key ``jetmem_include_dirs``).
         ``archs``: the architectures every kernel is compiled for; the first is the one loaded (default:
         the device's). A session on a machine without a GPU compiles for several (``--jetmem-arch``).
         ``counters``: CUPTI's unified-memory counters for the measurements of modes that migrate pages
-        (``--jetmem-counters``; None: not counted).
+        (``--jetmem-counters``; None: not counted). ``allocation_limit``: how much a workspace may allocate in a
+        mode, and why, where the device's memory does not say (no GPU:
+        :func:`~pytest_jetmem.cuda.nogpu.check_allocatable`).
         """
         self.device = device
         self.counters = counters
+        self.allocation_limit = allocation_limit
         self.cache = cache
         self.compile_options = tuple(compile_options)
         self.include_dirs = tuple(str(d) for d in include_dirs)

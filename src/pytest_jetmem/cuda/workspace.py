@@ -33,6 +33,7 @@ from pytest_jetmem.cuda.modes import (
     Allocation,
     MemoryMode,
     Pool,
+    allocation_problem,
     get_mode,
     host_available_bytes,
     integrated_allocatable_bytes,
@@ -125,6 +126,7 @@ class Workspace:
     # -- allocation --------------------------------------------------------------------------------
     def empty(self, shape: int | Sequence[int], dtype: Any = np.float32, mode: str | None = None) -> Buffer:
         """An uninitialised buffer in this test's memory mode (or ``mode``)."""
+        __tracebackhide__ = hide_for_user_errors
         return self._new(shape, dtype, mode, "empty")
 
     def _new(self, shape: int | Sequence[int], dtype: Any, mode: str | None, what: str) -> Buffer:
@@ -147,21 +149,27 @@ class Workspace:
 
     def zeros(self, shape: int | Sequence[int], dtype: Any = np.float32, mode: str | None = None) -> Buffer:
         """A buffer set to zero bytes on the stream."""
+        __tracebackhide__ = hide_for_user_errors
         buf = self._new(shape, dtype, mode, "zeros")
         self.memset(buf, 0)
         return buf
 
     def array(self, data: Any, dtype: Any = None, mode: str | None = None) -> Buffer:
         """A buffer holding a copy of host ``data``."""
+        __tracebackhide__ = hide_for_user_errors
         src = np.asarray(data, dtype=dtype)
         return self._new(src.shape, src.dtype, mode, "array").copy_from(src)
 
     def empty_like(self, other: Any, dtype: Any = None, mode: str | None = None) -> Buffer:
         """A buffer of the shape and dtype of a buffer or array (in this test's mode, unless ``mode``)."""
+        __tracebackhide__ = hide_for_user_errors
         return self._new(tuple(other.shape), dtype or other.dtype, mode, "empty_like")
 
     def _allocate(self, memmode: MemoryMode, nbytes: int) -> Allocation:
-        size = max(nbytes, 1)  # a zero-byte buffer still gets an address
+        """``nbytes`` (at least 1: a zero-byte buffer still gets an address) of ``memmode`` memory; refused where it
+        cannot fit, and a TypeError where the mode's ``allocate`` returned no :class:`Allocation`."""
+        __tracebackhide__ = hide_for_user_errors
+        size = max(nbytes, 1)
         limit, where = self.allocatable(memmode)
         if limit is not None and size > limit:
             raise AllocationRefused(
@@ -169,17 +177,24 @@ class Workspace:
                 f"can be allocated ({where}). Allocate less, or skip the test where the device has less memory "
                 "(jetmem.device.total_mem)"
             )
-        return memmode.allocate(self.drv, size)
+        alloc = memmode.allocate(self.drv, size)
+        problem = allocation_problem(memmode, size, alloc)
+        if problem is not None:
+            raise TypeError(f"{self.nodeid}: {problem}")
+        return alloc
 
     def allocatable(self, memmode: MemoryMode) -> tuple[int | None, str]:
         """How many bytes an allocation in ``memmode`` may take now (None: unknown, never refused), and why.
 
+        The session's own rule where it has one (no GPU: :func:`~pytest_jetmem.cuda.nogpu.check_allocatable`).
         A discrete GPU: ``cuMemGetInfo``'s free memory for device and managed memory, ``MemAvailable`` for
         pinned host memory. An integrated GPU (Jetson) shares the system's DRAM, where ``cuMemGetInfo`` leaves
         out swap and what the OS can reclaim: the most of ``cuMemGetInfo``, ``MemAvailable`` and the CUDA for
         Tegra app note's estimate (:func:`~pytest_jetmem.cuda.modes.integrated_allocatable_bytes`), for every mode; an
         allocation that estimate allows is never refused.
         """
+        if self.session.allocation_limit is not None:
+            return self.session.allocation_limit(memmode)
         if self.device.integrated:
             return integrated_allocatable_bytes(self.session.device.free_memory())
         if memmode.pool is Pool.HOST:
@@ -298,6 +313,8 @@ class Workspace:
     ) -> Kernel:
         """Compile ``name`` from CUDA ``source`` with NVRTC for this device (cached on disk).
 
+        ``source``: the CUDA source text (a ``str``); to compile a file, pass ``Path("kernels/k.cu").read_text()``
+        (a ``Path``, or a one-line string naming a ``.cu`` file, is an error saying so).
         ``name``: an ``extern "C"`` name or a C++ name expression (``saxpy<float>``); plain Python numbers
         passed to the kernel take the types of the instantiated signature. ``options``: one string (split
         as a shell would: ``"-lineinfo -DN=4"``) or a sequence of NVRTC options. ``include_dirs``: your

@@ -2,7 +2,7 @@
 
 The demo tests time their work with the plugin's own API (``jetmem.measure(..., label="<scenario>/<case>",
 scope=...)``); the runtime plugin publishes each measurement as a row on the test's report
-(a measurement record each), exactly as in any user's suite. This conftest collects those rows and prints the
+(a measurement record each), exactly as in any user's suite. This conftest reads the session's rows and prints the
 tables of :mod:`pytest_jetmem.demo.tables`, each with its advice, after the plugin's own "jetmem runtimes"
 section (the demo turns the plugin's own "jetmem advice" section off: its tables say it per scenario).
 """
@@ -14,7 +14,7 @@ import pytest
 from pytest_jetmem.demo.tables import Scenarios, format_tables
 from pytest_jetmem.measure.advice import DeviceFacts
 from pytest_jetmem.measure.record import MeasurementRecord
-from pytest_jetmem.plugin.judging import report_records
+from pytest_jetmem.plugin.records import session_records
 from pytest_jetmem.plugin.sessions import device_session
 
 _TABLES = pytest.StashKey["DemoTables"]()
@@ -28,11 +28,12 @@ class DemoTables:
 
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
-        self.rows: list[MeasurementRecord] = []
         self.scenarios = Scenarios()
 
-    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        self.rows.extend(report_records(report))
+    @property
+    def rows(self) -> list[MeasurementRecord]:
+        """The session's records (:mod:`pytest_jetmem.plugin.records`: gathered once, for every table)."""
+        return session_records(self.config).all
 
     @pytest.hookimpl(trylast=True)  # after the plugin's "jetmem runtimes" table
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:

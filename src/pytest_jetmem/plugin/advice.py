@@ -6,22 +6,19 @@ that applies on the device (:mod:`pytest_jetmem.measure.advice`, which needs nei
 printed where no test was measured in two modes. ``--jetmem-advice=off`` (ini ``jetmem_advice = off``) turns the
 section off (the ``--jetmem-report`` page keeps its advice).
 
-The records come from the test reports (:func:`pytest_jetmem.plugin.judging.report_records`), so under pytest-xdist
-they reach the controller, which prints the section; workers register nothing.
+The records and the advice on them are the session's (:mod:`~pytest_jetmem.plugin.records`: gathered once, the
+advice computed once, shared with the report), so under pytest-xdist they reach the controller, which prints the
+section; workers register nothing.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pytest
 
 from pytest_jetmem.plugin import options
-from pytest_jetmem.plugin.judging import report_records
-from pytest_jetmem.plugin.sessions import device_session
-
-if TYPE_CHECKING:  # imported where used: a run without measurements imports no measure layer
-    from pytest_jetmem.measure.record import MeasurementRecord
+from pytest_jetmem.plugin.records import session_records
 
 SECTION = "jetmem advice"
 
@@ -42,25 +39,18 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 class AdviceSection:
-    """Gathers the records from the reports and prints the advice at the end of the session."""
+    """Prints the session's advice at the end of the session."""
 
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
-        self.rows: list[MeasurementRecord] = []
-
-    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        self.rows.extend(report_records(report))
 
     @pytest.hookimpl(trylast=True)  # after the runtime half's "jetmem runtimes" table
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        if not self.rows:
+        session = session_records(self.config).advice()
+        if session is None:
             return
-        from pytest_jetmem.measure.advice import DeviceFacts, advise, comparable, format_advice
+        from pytest_jetmem.measure.advice import format_advice
 
-        if not comparable(self.rows):
-            return
-        info = device_session(self.config).availability().info  # the device this session measured on
-        session = advise(self.rows, DeviceFacts.of(info) if info is not None else None)
         terminalreporter.section(SECTION)
         for line in format_advice(session):
             terminalreporter.write_line(line)

@@ -30,7 +30,7 @@ from typing import Protocol
 
 import pytest
 
-from pytest_jetmem.plugin import against, children, coherence, concurrency, memmode, nogpu, runtime
+from pytest_jetmem.plugin import against, children, coherence, concurrency, memmode, nogpu, records, runtime
 
 
 class Runner(Protocol):
@@ -76,6 +76,12 @@ _RAN_ELSEWHERE = pytest.StashKey[bool]()
 def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
     """A child session of pytest-jetmem is a worker to every plugin (``config.workerinput``), before any configures."""
     children.mark_worker(early_config)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    """The session's one collector of measurement records, before any half reads it."""
+    records.register(config)
 
 
 def plan(item: pytest.Function) -> Runner | None:

@@ -27,8 +27,8 @@ from pytest_jetmem.plugin.judging import (
     over_pcie,
     publish_record,
     published_records,
-    report_records,
 )
+from pytest_jetmem.plugin.records import session_records
 from pytest_jetmem.plugin.rerun import more_runs, side_by_side
 from pytest_jetmem.plugin.runtime_spec import RuntimeSpec, item_spec, parse_runtime_marker
 from pytest_jetmem.plugin.sessions import (
@@ -93,6 +93,7 @@ def pytest_configure(config: pytest.Config) -> None:
         benchmark_json=_benchmark_json_path(config),
     )
     set_gate_session(config, gate)
+    gate.rows = session_records(config).all  # one list of the session's records, gathered once
     config.pluginmanager.register(_RowCollector(gate), "jetmem-rows")
     config.pluginmanager.register(_Interruptions(config), "jetmem-interruptions")
     if config.pluginmanager.hasplugin("xdist"):
@@ -100,16 +101,15 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 class _RowCollector:
-    """Gathers the measurement records from reports (on the xdist controller too) for the summary."""
+    """Reads the Jetson's state when the first measurement record arrives (on an xdist controller too); the
+    records themselves are the session's (:mod:`~.records`), and :attr:`GateSession.rows` is that list."""
 
     def __init__(self, state: GateSession) -> None:
         self.state = state
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        records = report_records(report)
-        if records:
+        if self.state.rows and self.state.jetson_before is None:
             self.state.jetson_state_before()  # on an xdist controller: the first it hears of a measurement
-            self.state.rows.extend(records)
 
 
 class _XdistHooks:
