@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -104,10 +105,31 @@ def test_machine_passes_on_correct_code(make_fake: Callable[..., AsyncFake], pro
     assert fake.live == {}
 
 
+def pin_local_constants(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make a derandomized hypothesis run independent of which modules are loaded.
+
+    hypothesis (since 6.131) mixes into its draws constants found in every local module loaded, so the examples
+    of a derandomized run change with the test modules collected beside it (a selection, the full suite). Here it
+    gets its fixed global constants instead, for the run.
+    """
+    try:
+        from hypothesis.internal.conjecture import providers
+    except ImportError:  # an older hypothesis: no local constants
+        return
+    if hasattr(providers, "_get_local_constants"):
+
+        def fixed() -> Any:
+            return providers.GLOBAL_CONSTANTS
+
+        monkeypatch.setattr(providers, "_get_local_constants", fixed)
+        monkeypatch.setattr(providers, "CONSTANTS_CACHE", type(providers.CONSTANTS_CACHE)(1024))
+
+
 @pytest.mark.parametrize(("bug", "mode"), sorted(planted.PLANTED_BUGS.items()))
 def test_machine_finds_the_planted_bug_with_a_short_sequence(
     make_fake: Callable[..., AsyncFake], monkeypatch: pytest.MonkeyPatch, bug: str, mode: str
 ) -> None:
+    pin_local_constants(monkeypatch)
     make_fake("dgpu")
     planted.plant(monkeypatch, bug)
     with handle(mode) as jm:
@@ -192,3 +214,55 @@ def test_a_subclass_adds_a_rule_for_its_own_kernel(afake: AsyncFake) -> None:
         XorMachine.run_with(jm, default_settings(max_examples=30))
     assert calls
     compile_kernel(XOR_SOURCE, "xor_words", "sm_87")  # and it is real CUDA
+
+
+# -- the user's example database ----------------------------------------------------------------------------------
+REPLAY_TEST = """
+import os, sys
+sys.path.insert(0, {tests!r})
+import pytest
+from hypothesis import Phase, settings
+from hypothesis.database import DirectoryBasedExampleDatabase
+from fakes import planted
+from fakes.async_fake import AsyncFake, handle
+from pytest_jetmem import CoherenceMachine, default_settings
+from pytest_jetmem.cuda import driver
+
+settings.register_profile("saved", database=DirectoryBasedExampleDatabase({db!r}))
+settings.load_profile("saved")
+
+
+@pytest.mark.parametrize("mode", ["device", "zero_copy"])  # the planted bug is zero_copy's
+def test_machine(monkeypatch, mode):
+    driver.install(AsyncFake("dgpu"))
+    planted.plant(monkeypatch, "skip_sync_on_zero_copy_read")
+    replay_only = {{"phases": [Phase.reuse]}} if os.environ.get("REPLAY_ONLY") else {{}}
+    with handle(mode) as jm:
+        CoherenceMachine.run_with(jm, default_settings(max_examples=1000 if mode == "zero_copy" else 10, **replay_only))
+"""
+
+
+def test_a_failing_sequence_is_saved_in_the_users_database_and_replayed_first(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, jetmem_kernel_cache: Any
+) -> None:
+    """The profile's example database keeps the shrunk failure: the next run replays it (and only where it failed)."""
+    db = pytester.path / "examples"
+    pytester.makepyfile(test_replay=REPLAY_TEST.format(tests=str(Path(__file__).resolve().parents[1]), db=str(db)))
+    first = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-v")
+    first.assert_outcomes(passed=1, failed=1)
+    saved = [p for p in db.rglob("*") if p.is_file()]
+    assert saved, "the failing sequence was not saved in the profile's database"
+    steps = _printed_steps(first)
+
+    monkeypatch.setenv("REPLAY_ONLY", "1")  # no generation, no shrinking: only what the database holds runs
+    second = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-v")
+    # device runs first (nothing saved: hypothesis skips it); under zero_copy's key it would replay and, passing,
+    # drop zero_copy's example
+    second.stdout.fnmatch_lines(["*test_machine?device? SKIPPED*", "*test_machine?zero_copy? FAILED*"])
+    assert _printed_steps(second) == steps and steps
+
+
+def _printed_steps(result: pytest.RunResult) -> list[str]:
+    """The failing sequence's steps as the run printed them."""
+    lines = (re.sub(r"^E\s+", "", line.strip()) for line in result.outlines)
+    return [line for line in lines if re.match(r"^(\w+ = )?state\.\w+\(", line)]

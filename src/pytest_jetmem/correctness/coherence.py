@@ -65,7 +65,8 @@ def pattern_at(wdtype: Any, idx: np.ndarray, seed: int) -> np.ndarray:
         return np.empty(idx.shape, np.dtype(wdtype))
     lo = int(idx.min())
     full = coherence_pattern(int(idx.max()) - lo + 1, seed, start=lo)
-    return full[(idx - np.uint64(lo)).astype(np.intp)].astype(np.dtype(wdtype))
+    words: np.ndarray = full[(idx - np.uint64(lo)).astype(np.intp)].astype(np.dtype(wdtype))
+    return words
 
 
 def fresh_seed(*avoid: int | None) -> int:
@@ -295,41 +296,36 @@ def launch_probe(
     that pattern (None: no write). ``result``: a counter buffer from :func:`result_buffer` to reuse.
     """
     ws = workspace_of(ws)
-    if expect_seed is None and new_seed is None:
-        raise ValueError(f"{buffer_name(buf)}: a probe needs expect_seed, new_seed or both")
-    if delay_us < 0:
-        raise ValueError(f"delay_us must be >= 0, got {delay_us!r}")
-    n = word_count(buf)
-    rng = _indices(n, sl)
-    wdt = word_dtype(buf.dtype)
-    if wdt.itemsize == 4 and n > _U32_LIMIT:
-        raise ValueError(f"{buffer_name(buf)}: coherence probes handle up to 2**32 words (16 GiB), not {n}")
+    rng, wdt = _probe_words(buf, sl, expect_seed, new_seed, delay_us)
     count = len(rng)
     if count == 0:
         return PendingProbe(ws, buf, expect_seed, 0, None, False)
     flags = (CHECK if expect_seed is not None else 0) | (WRITE if new_seed is not None else 0)
-    owns = result is None
     res = result_buffer(ws) if result is None else result
     ws.memset_range(res.ptr, 0, 8)  # the mismatch count
     ws.memset_range(res.ptr + 8, 0xFF, 8)  # the first bad word (an atomicMin)
     sms = ws.device.attr("MULTIPROCESSOR_COUNT") or 1
     grid = max(1, min((count + BLOCK - 1) // BLOCK, sms * 32))
-    probe_kernel(ws, wdt).launch(
-        grid,
-        BLOCK,
-        (
-            buf.ptr,
-            rng.start,
-            rng.step,
-            count,
-            (expect_seed or 0) & 0xFFFFFFFF,
-            (new_seed or 0) & 0xFFFFFFFF,
-            flags,
-            round(delay_us * 1000),
-            res,
-        ),
-    )
-    return PendingProbe(ws, buf, expect_seed, count, res, owns)
+    seeds = ((expect_seed or 0) & 0xFFFFFFFF, (new_seed or 0) & 0xFFFFFFFF)
+    args = (buf.ptr, rng.start, rng.step, count, *seeds, flags, round(delay_us * 1000), res)
+    probe_kernel(ws, wdt).launch(grid, BLOCK, args)
+    return PendingProbe(ws, buf, expect_seed, count, res, result is None)
+
+
+def _probe_words(
+    buf: Buffer, sl: slice, expect_seed: int | None, new_seed: int | None, delay_us: float
+) -> tuple[range, np.dtype]:
+    """The word indices ``sl`` selects and the word dtype of a probe's arguments, checked (a ValueError names
+    the buffer): a seed to check or write, a delay >= 0, at most 2**32 words of 4 bytes."""
+    if expect_seed is None and new_seed is None:
+        raise ValueError(f"{buffer_name(buf)}: a probe needs expect_seed, new_seed or both")
+    if delay_us < 0:
+        raise ValueError(f"delay_us must be >= 0, got {delay_us!r}")
+    n = word_count(buf)
+    wdt = word_dtype(buf.dtype)
+    if wdt.itemsize == 4 and n > _U32_LIMIT:
+        raise ValueError(f"{buffer_name(buf)}: coherence probes handle up to 2**32 words (16 GiB), not {n}")
+    return _indices(n, sl), wdt
 
 
 def gpu_touch(
@@ -395,37 +391,53 @@ def check_round_trips(
     if n == 0:
         return []
     prepare(ws, buf)
-    problems: list[str] = []
-    segments: list[tuple[slice, int, str]] = []
     gpu_seed: int | None = None
     for r in range(1, rounds + 1):
-        where = f"round {r}/{rounds}"
-        if r == 1 or (cpu_touch and (r % 2 == 1 or n < 2)):
-            seed = _write_pattern(ws, buf, None, slice(None))
-            segments = [(slice(None), seed, "what the CPU wrote")]
-        elif cpu_touch:
-            half = n // 2
-            seed = _write_pattern(ws, buf, None, slice(0, half))
-            assert gpu_seed is not None
-            segments = [
-                (slice(0, half), seed, "what the CPU wrote over the first half"),
-                (slice(half, n), gpu_seed, "what the previous kernel wrote (the CPU touched the other half)"),
-            ]
-        else:
-            assert gpu_seed is not None
-            segments = [(slice(None), gpu_seed, "what the previous kernel wrote (the CPU read it in between)")]
-        written = fresh_seed(gpu_seed, *(seed_ for _, seed_, _ in segments))
-        pending = [(launch_probe(ws, buf, seed_, written, sl, delay_us=delay_us), what) for sl, seed_, what in segments]
-        host = cpu_check(ws, buf, written)  # no wait for the counters first: the mode's own sync must do
-        if host:
-            problems.append(host.describe(buf, f"{where}: the CPU read what a kernel wrote"))
-        for probe, what in pending:
-            found = probe.result()
-            if found:
-                problems.append(found.describe(buf, f"{where}: a kernel read {what}"))
+        segments = _round_segments(ws, buf, r, cpu_touch, gpu_seed)
+        written = fresh_seed(gpu_seed, *(seed for _, seed, _ in segments))
+        problems = _probe_round(ws, buf, segments, written, f"round {r}/{rounds}", delay_us)
         if problems:
-            break
+            return problems
         gpu_seed = written
+    return []
+
+
+#: One span of words a round's probe checks: (its slice, the seed of the pattern it must hold, what wrote it).
+Segment = tuple[slice, int, str]
+
+
+def _round_segments(ws: Workspace, buf: Buffer, r: int, cpu_touch: bool, gpu_seed: int | None) -> list[Segment]:
+    """What round ``r`` expects where, after its CPU write: all of the buffer in round 1 and (``cpu_touch``) in
+    odd rounds, its first half in even ones (the rest holds the previous kernel's pattern); without
+    ``cpu_touch`` after round 1, the previous kernel's pattern everywhere."""
+    n = word_count(buf)
+    if r == 1 or (cpu_touch and (r % 2 == 1 or n < 2)):
+        return [(slice(None), _write_pattern(ws, buf, None, slice(None)), "what the CPU wrote")]
+    assert gpu_seed is not None
+    if not cpu_touch:
+        return [(slice(None), gpu_seed, "what the previous kernel wrote (the CPU read it in between)")]
+    half = n // 2
+    seed = _write_pattern(ws, buf, None, slice(0, half))
+    return [
+        (slice(0, half), seed, "what the CPU wrote over the first half"),
+        (slice(half, n), gpu_seed, "what the previous kernel wrote (the CPU touched the other half)"),
+    ]
+
+
+def _probe_round(
+    ws: Workspace, buf: Buffer, segments: list[Segment], written: int, where: str, delay_us: float
+) -> list[str]:
+    """Launch the probes of ``segments`` (each writes ``written``), let the CPU read before waiting for their
+    counters (the mode's own synchronisation must do), then collect what either side found."""
+    pending = [(launch_probe(ws, buf, seed, written, sl, delay_us=delay_us), what) for sl, seed, what in segments]
+    problems: list[str] = []
+    host = cpu_check(ws, buf, written)
+    if host:
+        problems.append(host.describe(buf, f"{where}: the CPU read what a kernel wrote"))
+    for probe, what in pending:
+        found = probe.result()
+        if found:
+            problems.append(found.describe(buf, f"{where}: a kernel read {what}"))
     return problems
 
 

@@ -44,6 +44,11 @@ def parse_marker(marker: Any, test_name: str) -> ConcurrencySpec:
     unknown = sorted(set(marker.kwargs) - {"expect", "timeout"})
     if unknown:
         raise ValueError(f"{where} got unknown argument(s) {', '.join(unknown)}; it takes expect= and timeout=")
+    return ConcurrencySpec(_marker_expect(marker, where), _marker_timeout(marker, where))
+
+
+def _marker_expect(marker: Any, where: str) -> str:
+    """The marker's ``expect`` (positional or keyword, not both), one of :data:`EXPECTS`."""
     if len(marker.args) > 1:
         raise ValueError(f"{where} takes at most one positional argument (expect), got {len(marker.args)}")
     if marker.args and "expect" in marker.kwargs:
@@ -51,10 +56,15 @@ def parse_marker(marker: Any, test_name: str) -> ConcurrencySpec:
     expect = marker.args[0] if marker.args else marker.kwargs.get("expect", DEFAULT_EXPECT)
     if not isinstance(expect, str) or expect not in EXPECTS:
         raise ValueError(f"{where}: expect must be one of {', '.join(map(repr, EXPECTS))}, got {expect!r}")
+    return expect
+
+
+def _marker_timeout(marker: Any, where: str) -> float:
+    """The marker's ``timeout``: a positive, finite number of seconds (not a bool)."""
     timeout = marker.kwargs.get("timeout", DEFAULT_TIMEOUT_S)
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not math.isfinite(timeout) or timeout <= 0:
         raise ValueError(f"{where}: timeout must be a positive number of seconds, got {timeout!r}")
-    return ConcurrencySpec(expect, float(timeout))
+    return float(timeout)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -98,54 +108,65 @@ def judge(
     if expect not in EXPECTS:
         raise ValueError(f"expect must be one of {EXPECTS}, got {expect!r}")
     cma = concurrent_managed_access
-    head = f"{MARKER}(expect={expect!r})"
-    outcome = result.outcome
-    if outcome is Outcome.SKIPPED:
+    if result.outcome is Outcome.SKIPPED:
         return ChildVerdict("skipped", explain(result, cma))
-    emulated = strict_violation is not None and outcome is Outcome.FAILED
-    faulted = outcome is Outcome.FAULT or emulated
-
-    if expect == "auto" and rule_exempt is not None:
-        want_fault = False
-        head = f"{head} (the managed-memory rule does not apply: {rule_exempt}; so the test must not fault)"
-    elif expect == "auto":
-        effective = 0 if tegra_strict else cma
-        if effective is None:
-            return ChildVerdict(
-                "failed",
-                f"{head}: cannot decide whether this device should fault: its CONCURRENT_MANAGED_ACCESS is "
-                f"unknown (the child reported no device; it ended: {outcome}). " + explain(result, cma),
-            )
-        want_fault = effective == 0
-        why = (
-            "under --jetmem-tegra-strict Jetson's rule holds"
-            if tegra_strict
-            else f"CONCURRENT_MANAGED_ACCESS={effective} on this device"
-        )
-        head = f"{head} ({why}, so the test must {'fault' if want_fault else 'not fault'})"
-    else:
-        want_fault = expect == "fault"
-
+    wanted = _wanted(expect, result, cma, tegra_strict=tegra_strict, rule_exempt=rule_exempt)
+    if isinstance(wanted, ChildVerdict):
+        return wanted
+    want_fault, head = wanted
+    emulated = strict_violation if result.outcome is Outcome.FAILED else None
     if want_fault:
-        if faulted:
-            how = f"Tegra-strict caught it: {strict_violation}" if emulated else explain(result, cma)
-            return ChildVerdict("passed", f"{head}: faulted as expected; {how}")
-        if outcome is Outcome.PASSED:
-            return ChildVerdict(
-                "failed",
-                f"{head}: expected the child to be killed by SIGSEGV (the documented fault), but the test passed in it "
-                f"(CONCURRENT_MANAGED_ACCESS={_cma_text(cma)}): the CPU access it makes while a kernel runs "
-                "did not fault here",
-            )
-        return ChildVerdict(
-            "failed", f"{head}: expected the documented fault (SIGSEGV), got {outcome}; " + explain(result, cma)
-        )
+        return _judge_fault(head, result, cma, emulated)
+    return _judge_survival(head, result, cma, emulated)
 
-    if outcome is Outcome.PASSED:
-        return ChildVerdict("passed", f"{head}: the test passed in the child")
-    if emulated:
+
+def _wanted(
+    expect: str, result: ChildResult, cma: int | None, *, tegra_strict: bool, rule_exempt: str | None
+) -> tuple[bool, str] | ChildVerdict:
+    """(whether the child must fault, the verdict's head saying why), or a failed verdict where "auto" cannot tell."""
+    head = f"{MARKER}(expect={expect!r})"
+    if expect != "auto":
+        return expect == "fault", head
+    if rule_exempt is not None:
+        return False, f"{head} (the managed-memory rule does not apply: {rule_exempt}; so the test must not fault)"
+    effective = 0 if tegra_strict else cma
+    if effective is None:
         return ChildVerdict(
             "failed",
-            f"{head}: the test would crash on Jetson: {strict_violation}",
+            f"{head}: cannot decide whether this device should fault: its CONCURRENT_MANAGED_ACCESS is "
+            f"unknown (the child reported no device; it ended: {result.outcome}). " + explain(result, cma),
         )
+    want_fault = effective == 0
+    why = (
+        "under --jetmem-tegra-strict Jetson's rule holds"
+        if tegra_strict
+        else f"CONCURRENT_MANAGED_ACCESS={effective} on this device"
+    )
+    return want_fault, f"{head} ({why}, so the test must {'fault' if want_fault else 'not fault'})"
+
+
+def _judge_fault(head: str, result: ChildResult, cma: int | None, emulated: str | None) -> ChildVerdict:
+    """The child had to fault (``emulated``: the Tegra-strict violation of a failed child, a fault on Jetson)."""
+    if emulated is not None:
+        return ChildVerdict("passed", f"{head}: faulted as expected; Tegra-strict caught it: {emulated}")
+    if result.outcome is Outcome.FAULT:
+        return ChildVerdict("passed", f"{head}: faulted as expected; {explain(result, cma)}")
+    if result.outcome is Outcome.PASSED:
+        return ChildVerdict(
+            "failed",
+            f"{head}: expected the child to be killed by SIGSEGV (the documented fault), but the test passed in it "
+            f"(CONCURRENT_MANAGED_ACCESS={_cma_text(cma)}): the CPU access it makes while a kernel runs "
+            "did not fault here",
+        )
+    return ChildVerdict(
+        "failed", f"{head}: expected the documented fault (SIGSEGV), got {result.outcome}; " + explain(result, cma)
+    )
+
+
+def _judge_survival(head: str, result: ChildResult, cma: int | None, emulated: str | None) -> ChildVerdict:
+    """The child had to survive (``emulated``: as in :func:`_judge_fault`)."""
+    if result.outcome is Outcome.PASSED:
+        return ChildVerdict("passed", f"{head}: the test passed in the child")
+    if emulated is not None:
+        return ChildVerdict("failed", f"{head}: the test would crash on Jetson: {emulated}")
     return ChildVerdict("failed", f"{head}: the test must survive on this device; " + explain(result, cma))

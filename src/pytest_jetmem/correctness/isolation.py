@@ -20,7 +20,7 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
@@ -100,16 +100,9 @@ def classify(returncode: int | None, report: dict[str, Any] | None, timed_out: b
     if timed_out:
         return Outcome.TIMEOUT, "the child did not finish before the timeout"
     if returncode is not None and returncode < 0:
-        signum = -returncode
-        name = _signal_name(signum)
-        outcome = Outcome.FAULT if signum in FAULT_SIGNALS else Outcome.SIGNAL
-        note = ""
-        if report is not None and report.get("outcome") in CHILD_OUTCOMES:
-            note = f" (after it had written {report['outcome']!r})"
-        return outcome, f"the child was killed by {name}{note}"
+        return _killed(-returncode, report)
     if returncode is None:
         return Outcome.CRASHED, "the child's exit status is unknown"
-
     if report is None:
         if returncode == 0:
             return Outcome.CRASHED, (
@@ -117,9 +110,22 @@ def classify(returncode: int | None, report: dict[str, Any] | None, timed_out: b
                 "or nothing in the child reported it)"
             )
         return Outcome.CRASHED, f"the child exited with status {returncode} without writing a result"
+    return _written(returncode, report)
+
+
+def _killed(signum: int, report: dict[str, Any] | None) -> tuple[Outcome, str]:
+    """A child killed by ``signum``: FAULT for SIGSEGV, SIGNAL for any other (saying what it had written)."""
+    outcome = Outcome.FAULT if signum in FAULT_SIGNALS else Outcome.SIGNAL
+    note = ""
+    if report is not None and report.get("outcome") in CHILD_OUTCOMES:
+        note = f" (after it had written {report['outcome']!r})"
+    return outcome, f"the child was killed by {_signal_name(signum)}{note}"
+
+
+def _written(returncode: int, report: dict[str, Any]) -> tuple[Outcome, str | None]:
+    """A child that exited with ``returncode`` after writing ``report``: the outcome it wrote, checked."""
     if "_error" in report:
         return Outcome.CRASHED, f"the child exited with status {returncode}; {report['_error']}"
-
     written = report.get("outcome")
     message = report.get("message")
     message = None if message is None else str(message)
@@ -329,60 +335,89 @@ def _output_tail(result: ChildResult) -> str:
     return "\n(the child wrote nothing to stdout or stderr)"
 
 
+#: Explains a child's end: (result, the device's CONCURRENT_MANAGED_ACCESS or None) -> text.
+Explainer = Callable[[ChildResult, int | None], str]
+
+
 def explain(result: ChildResult, concurrent_managed_access: int | None) -> str:
     """Explain ``result``; ``concurrent_managed_access`` is the device attribute, None when unknown."""
+    return _EXPLAIN[result.outcome](result, concurrent_managed_access)
+
+
+def _explain_fault(result: ChildResult, cma: int | None) -> str:
+    """SIGSEGV: the managed-memory rule where the device has no concurrent managed access (or may lack it)."""
     sig = result.signal_name or "SIGSEGV"
-    outcome = result.outcome
-    if outcome is Outcome.FAULT:
-        if concurrent_managed_access == 0:
-            text = (
-                f"the child was killed by {sig}: on a device without concurrent managed access "
-                "(CONCURRENT_MANAGED_ACCESS=0, e.g. Jetson) the CPU touched managed memory while the GPU was "
-                "busy; attach the buffer to the host with cuStreamAttachMemAsync (jetmem.attach_host(buf)) "
-                "or synchronize before the CPU access. While any kernel runs, the GPU owns every managed "
-                "allocation, even ones the kernel does not use."
-            )
-        elif concurrent_managed_access is None:
-            text = (
-                f"the child was killed by {sig}. CONCURRENT_MANAGED_ACCESS of this device is unknown: if it "
-                "is 0 (e.g. Jetson), the CPU touching managed memory while a kernel runs kills the process; "
-                "attach the buffer to the host with cuStreamAttachMemAsync (jetmem.attach_host(buf)) or "
-                "synchronize before the CPU access. Otherwise it is an ordinary invalid memory access."
-            )
-        else:
-            text = (
-                f"the child was killed by {sig} on a device with concurrent managed access "
-                f"(CONCURRENT_MANAGED_ACCESS={concurrent_managed_access}), where the CPU may touch managed "
-                "memory while kernels run; this is an ordinary invalid memory access (a freed or bad host "
-                "pointer, a bug in native code), not the managed-memory concurrency rule."
-            )
-        return text + _output_tail(result)
-    if outcome is Outcome.SIGNAL:
-        text = f"the child was killed by {result.signal_name or 'a signal'}, a fault of an undocumented kind"
-        if result.signal_name == "SIGABRT":
-            text += " (abort(): a failed assertion or a fatal error in native code)"
-        elif result.signal_name == "SIGKILL":
-            text += " (from outside: possibly the out-of-memory killer)"
-        text += (
-            ": NVIDIA documents a CPU access to managed memory while the GPU is active (where "
-            "CONCURRENT_MANAGED_ACCESS is 0) as a segmentation fault (SIGSEGV) only, so this is not taken for it; "
-            "if this device answers such an access with this signal, report it with the output below"
+    if cma == 0:
+        text = (
+            f"the child was killed by {sig}: on a device without concurrent managed access "
+            "(CONCURRENT_MANAGED_ACCESS=0, e.g. Jetson) the CPU touched managed memory while the GPU was "
+            "busy; attach the buffer to the host with cuStreamAttachMemAsync (jetmem.attach_host(buf)) "
+            "or synchronize before the CPU access. While any kernel runs, the GPU owns every managed "
+            "allocation, even ones the kernel does not use."
         )
-        return text + _output_tail(result)
-    if outcome is Outcome.TIMEOUT:
-        return (result.message or "the child did not finish before the timeout") + _output_tail(result)
-    if outcome is Outcome.CUDA_ERROR:
-        name = result.cuda_error_name or "an unnamed CUDA error"
-        text = f"the child failed with {name}"
-        if result.message and result.message != name:
-            text += f": {result.message}"
-        if name in STICKY_ERRORS:
-            text += " (a sticky error: the CUDA context was unusable afterwards)"
-        return text
-    if outcome is Outcome.CRASHED:
-        return (result.message or "the child crashed without writing a result") + _output_tail(result)
-    if outcome is Outcome.FAILED:
-        return "the test failed in the child" + (f": {result.message}" if result.message else "")
-    if outcome is Outcome.SKIPPED:
-        return "the test was skipped in the child" + (f": {result.message}" if result.message else "")
-    return "the test passed in the child"
+    elif cma is None:
+        text = (
+            f"the child was killed by {sig}. CONCURRENT_MANAGED_ACCESS of this device is unknown: if it "
+            "is 0 (e.g. Jetson), the CPU touching managed memory while a kernel runs kills the process; "
+            "attach the buffer to the host with cuStreamAttachMemAsync (jetmem.attach_host(buf)) or "
+            "synchronize before the CPU access. Otherwise it is an ordinary invalid memory access."
+        )
+    else:
+        text = (
+            f"the child was killed by {sig} on a device with concurrent managed access "
+            f"(CONCURRENT_MANAGED_ACCESS={cma}), where the CPU may touch managed "
+            "memory while kernels run; this is an ordinary invalid memory access (a freed or bad host "
+            "pointer, a bug in native code), not the managed-memory concurrency rule."
+        )
+    return text + _output_tail(result)
+
+
+#: What a fatal signal other than SIGSEGV usually means, where it is known.
+_SIGNAL_HINTS = {
+    "SIGABRT": " (abort(): a failed assertion or a fatal error in native code)",
+    "SIGKILL": " (from outside: possibly the out-of-memory killer)",
+}
+
+
+def _explain_signal(result: ChildResult, cma: int | None) -> str:
+    """Another fatal signal: never taken for the documented fault."""
+    text = f"the child was killed by {result.signal_name or 'a signal'}, a fault of an undocumented kind"
+    text += _SIGNAL_HINTS.get(result.signal_name or "", "")
+    text += (
+        ": NVIDIA documents a CPU access to managed memory while the GPU is active (where "
+        "CONCURRENT_MANAGED_ACCESS is 0) as a segmentation fault (SIGSEGV) only, so this is not taken for it; "
+        "if this device answers such an access with this signal, report it with the output below"
+    )
+    return text + _output_tail(result)
+
+
+def _explain_cuda_error(result: ChildResult, cma: int | None) -> str:
+    name = result.cuda_error_name or "an unnamed CUDA error"
+    text = f"the child failed with {name}"
+    if result.message and result.message != name:
+        text += f": {result.message}"
+    if name in STICKY_ERRORS:
+        text += " (a sticky error: the CUDA context was unusable afterwards)"
+    return text
+
+
+def _with_tail(default: str) -> Explainer:
+    """An explainer: the child's message (else ``default``) and the tail of its output."""
+    return lambda result, cma: (result.message or default) + _output_tail(result)
+
+
+def _said(text: str) -> Explainer:
+    """An explainer: ``text`` and the child's message, if any."""
+    return lambda result, cma: text + (f": {result.message}" if result.message else "")
+
+
+_EXPLAIN: dict[Outcome, Explainer] = {
+    Outcome.FAULT: _explain_fault,
+    Outcome.SIGNAL: _explain_signal,
+    Outcome.TIMEOUT: _with_tail("the child did not finish before the timeout"),
+    Outcome.CUDA_ERROR: _explain_cuda_error,
+    Outcome.CRASHED: _with_tail("the child crashed without writing a result"),
+    Outcome.FAILED: _said("the test failed in the child"),
+    Outcome.SKIPPED: _said("the test was skipped in the child"),
+    Outcome.PASSED: lambda result, cma: "the test passed in the child",
+}

@@ -16,12 +16,17 @@ Run it from a test with the ``jetmem`` fixture::
 or, outside pytest-jetmem's fixtures, as ``TestMine = CoherenceMachine.TestCase`` (each example then opens its own
 workspace with :func:`pytest_jetmem.cuda.workspace.open_workspace` in ``CoherenceMachine.mode``). Subclass it to add
 rules for your own kernels; see docs/coherence.md.
+
+The settings come from the user's hypothesis profile (example database, health checks, phases), with the GPU's
+own choices on top (:func:`default_settings`): a failing sequence is saved and replayed first on the next run,
+under a database key of the machine class, the handle's mode and test, and the run's attributes.
 """
 
 from __future__ import annotations
 
 import contextlib
-import types
+import hashlib
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -86,7 +91,8 @@ class CoherenceModel:
 
     def expected(self, name: str, sl: slice = slice(None)) -> np.ndarray:
         """A copy of the words ``sl`` of buffer ``name``."""
-        return self.words[name][sl].copy()
+        words: np.ndarray = self.words[name][sl].copy()
+        return words
 
     def write(self, name: str, sl: slice, values: Any) -> None:
         self.words[name][sl] = np.asarray(values).astype(U32, copy=False)
@@ -127,19 +133,73 @@ class Tracked:
 
 
 def default_settings(**overrides: Any) -> hypothesis.settings:
-    """GPU state-machine settings: no deadline, no slow-data health checks, no example database, no explain phase."""
+    """GPU state-machine settings over the current hypothesis profile.
+
+    The profile decides the example database (a failing sequence is replayed first on the next run), the health
+    checks (``too_slow`` is added to those it suppresses: the first example compiles the machine's kernels) and the
+    phases (less the explain phase, which replays a failure many times under a tracer: slow on a GPU, and the
+    shrunk sequence already says what happened). On top: 100 examples of 30 steps, no deadline. ``overrides``
+    are hypothesis settings that replace any of these.
+    """
+    profile = hypothesis.settings()
     base: dict[str, Any] = {
         "max_examples": 100,
         "stateful_step_count": 30,
         "deadline": None,
-        "database": None,
-        "suppress_health_check": [HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large],
-        # the explain phase replays a failure many times under a tracer: slow on a GPU, and the shrunk
-        # sequence already says what happened
-        "phases": [p for p in Phase if p is not Phase.explain],
+        "suppress_health_check": list(dict.fromkeys([*profile.suppress_health_check, HealthCheck.too_slow])),
+        "phases": [p for p in profile.phases if p is not Phase.explain],
     }
     base.update(overrides)
     return hypothesis.settings(**base)
+
+
+class MachineFactory:
+    """Builds the examples of one machine class bound to one handle: what ``run_state_machine_as_test`` calls.
+
+    ``examples_run`` counts the machines built. The example database key (``_hypothesis_internal_add_digest``,
+    which hypothesis reads from the factory) is the machine class's source, the handle's mode and test, and the
+    attributes, so that a failure found in one mode or test is replayed there first and nowhere else. ``@seed``
+    and ``@reproduce_failure`` on the machine class apply.
+    """
+
+    def __init__(self, machine: type[CoherenceMachine], jm: WorkspaceLike, attributes: dict[str, Any]) -> None:
+        unknown = [k for k in attributes if not hasattr(machine, k)]
+        if unknown:
+            raise TypeError(f"{machine.__name__}.run_with: unknown attribute(s) {', '.join(unknown)}")
+        self.machine = machine
+        self.workspace = workspace_of(jm)
+        self.jm = jm
+        self.attributes = dict(attributes)
+        self.examples_run = 0
+
+    def __call__(self) -> CoherenceMachine:
+        self.examples_run += 1
+        return self.machine(self.jm, **self.attributes)
+
+    def __repr__(self) -> str:
+        return f"MachineFactory({self.machine.__name__}, {self.workspace.mode!r}, {self.workspace.nodeid!r})"
+
+    @property
+    def _hypothesis_internal_add_digest(self) -> bytes:
+        return database_digest(self.machine, self.workspace.mode, self.workspace.nodeid, self.attributes)
+
+    @property
+    def _hypothesis_internal_use_seed(self) -> Any:
+        return getattr(self.machine, "_hypothesis_internal_use_seed", None)
+
+    @property
+    def _hypothesis_internal_use_reproduce_failure(self) -> Any:
+        return getattr(self.machine, "_hypothesis_internal_use_reproduce_failure", None)
+
+
+def database_digest(machine: type, mode: str, nodeid: str, attributes: dict[str, Any]) -> bytes:
+    """A stable digest of a machine run: the class's source (its qualified name if none), mode, test, attributes."""
+    try:
+        source = inspect.getsource(machine)
+    except (OSError, TypeError):
+        source = ""
+    parts = [f"{machine.__module__}.{machine.__qualname__}", source, mode, nodeid, repr(sorted(attributes.items()))]
+    return hashlib.sha384("\0".join(parts).encode()).digest()
 
 
 class CoherenceMachine(RuleBasedStateMachine):
@@ -158,12 +218,21 @@ class CoherenceMachine(RuleBasedStateMachine):
 
     buffers = Bundle("buffers")
 
-    def __init__(self) -> None:
+    def __init__(self, jm: WorkspaceLike | None = None, **attributes: Any) -> None:
+        """One example: on handle ``jm`` (default: the class's ``jm``; None opens a workspace in ``mode``).
+
+        ``attributes`` set this example's ``mode``, ``max_buffers`` or ``gpu_delay_us`` (what
+        :class:`MachineFactory` passes on). A subclass that defines ``__init__`` passes both on to this one.
+        """
         super().__init__()
+        for name, value in attributes.items():
+            setattr(self, name, value)
         self._stack = contextlib.ExitStack()
-        bound = type(self).jm
+        if jm is None:  # hypothesis builds the class itself (TestCase): the class counts the examples
+            type(self).examples_run += 1
+        bound = jm if jm is not None else type(self).jm
         if bound is None:
-            handle = self._stack.enter_context(open_workspace(type(self).mode, nodeid=type(self).__name__))
+            handle = self._stack.enter_context(open_workspace(self.mode, nodeid=type(self).__name__))
         else:
             handle = workspace_of(bound)  # the jetmem handle's workspace (or a workspace)
         self.jm: Workspace = handle  # type: ignore[misc]  # the instance's handle shadows the class default
@@ -175,32 +244,30 @@ class CoherenceMachine(RuleBasedStateMachine):
         self._result: Buffer | None = None
         self._expected: Buffer | None = None
         self._next = 0
-        type(self).examples_run += 1
 
     # -- running --------------------------------------------------------------------------------------------
     @classmethod
+    def factory(cls, jm: WorkspaceLike, **attributes: Any) -> MachineFactory:
+        """A factory of this machine's examples on handle ``jm`` (for ``run_state_machine_as_test``).
+
+        ``attributes`` override class attributes for its examples (``gpu_delay_us=2000``, ``max_buffers=2``);
+        an unknown one is a TypeError.
+        """
+        return MachineFactory(cls, jm, attributes)
+
+    @classmethod
     def run_with(
         cls, jm: WorkspaceLike, settings: hypothesis.settings | None = None, **attributes: Any
-    ) -> type[CoherenceMachine]:
-        """Run the machine as a test on handle ``jm``; returns the bound class (``.examples_run`` counts).
+    ) -> MachineFactory:
+        """Run the machine as a test on handle ``jm``; returns the factory it ran (``.examples_run`` counts).
 
         ``settings``: hypothesis settings (default :func:`default_settings`; build yours with
-        ``default_settings(max_examples=200)`` to keep its GPU-friendly choices). ``attributes``
-        override class attributes for this run (``gpu_delay_us=2000``, ``max_buffers=2``).
+        ``default_settings(max_examples=200)`` to keep its GPU-friendly choices over your profile's).
+        ``attributes`` override class attributes for this run (``gpu_delay_us=2000``, ``max_buffers=2``).
         """
-        unknown = [k for k in attributes if not hasattr(cls, k)]
-        if unknown:
-            raise TypeError(f"{cls.__name__}.run_with: unknown attribute(s) {', '.join(unknown)}")
-        namespace = {
-            "jm": jm,
-            "mode": workspace_of(jm).mode,
-            "examples_run": 0,
-            "__module__": cls.__module__,
-            **attributes,
-        }
-        bound = types.new_class(cls.__name__, (cls,), {}, lambda ns: ns.update(namespace))
-        run_state_machine_as_test(bound, settings=settings or default_settings())
-        return bound
+        factory = cls.factory(jm, **attributes)
+        run_state_machine_as_test(factory, settings=settings or default_settings())  # type: ignore[arg-type]
+        return factory
 
     def teardown(self) -> None:
         """Free everything this example allocated (also after a failure)."""
@@ -220,7 +287,8 @@ class CoherenceMachine(RuleBasedStateMachine):
     # -- helpers for rules (subclasses use them too) --------------------------------------------------------
     @property
     def memmode(self) -> str:
-        return self.jm.mode
+        mode: str = self.jm.mode
+        return mode
 
     @property
     def managed(self) -> bool:
@@ -464,4 +532,12 @@ def _fmt(sl: slice) -> str:
     return f"[{parts[0]}:{parts[1]}" + (f":{parts[2]}]" if sl.step is not None else "]")
 
 
-__all__ = ["MACHINE_SOURCE", "CoherenceMachine", "CoherenceModel", "Tracked", "default_settings"]
+__all__ = [
+    "MACHINE_SOURCE",
+    "CoherenceMachine",
+    "CoherenceModel",
+    "MachineFactory",
+    "Tracked",
+    "database_digest",
+    "default_settings",
+]

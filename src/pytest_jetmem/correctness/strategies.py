@@ -130,7 +130,7 @@ class FillPattern:
             raw = np.frombuffer(np.full(_size(shp), self.value & 0xFF, np.uint8).astype(dt).tobytes(), np.uint8)
         else:
             raise ValueError(f"unknown fill pattern kind {self.kind!r}")
-        out = np.frombuffer(raw.tobytes(), dtype=dt).reshape(shp).copy()
+        out: np.ndarray = np.frombuffer(raw.tobytes(), dtype=dt).reshape(shp).copy()
         if dt == np.bool_:
             out = out.view(np.uint8) & 1
             out = out.view(np.bool_)

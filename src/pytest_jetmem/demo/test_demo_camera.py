@@ -15,7 +15,10 @@ from functools import cache
 import numpy as np
 import pytest
 
+from pytest_jetmem.cuda.buffer import Buffer
 from pytest_jetmem.demo._support import POISON, check_close, preload
+from pytest_jetmem.demo.tables import Scenarios
+from pytest_jetmem.handle import Jetmem
 
 HEIGHT, WIDTH = 1080, 1920
 BLOCK = 256
@@ -48,12 +51,12 @@ def case() -> tuple[np.ndarray, np.ndarray]:
 
 
 @pytest.mark.memmode
-def test_camera_frame_to_gray(jetmem, memmode, demo_scenarios):
+def test_camera_frame_to_gray(jetmem: Jetmem, memmode: str, demo_scenarios: Scenarios) -> None:
     demo_scenarios.describe("camera", TITLE)
     rgba_host, want = case()
     kernel = jetmem.compile(SRC, "rgba_to_gray")
 
-    def launch(jm, rgba, gray):
+    def launch(jm: Jetmem, rgba: Buffer, gray: Buffer) -> None:
         n = gray.size
         kernel.launch(grid=((n + BLOCK - 1) // BLOCK,), block=(BLOCK,), args=(rgba, gray, n))
 

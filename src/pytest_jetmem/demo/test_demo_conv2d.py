@@ -17,6 +17,8 @@ import pytest
 
 from pytest_jetmem import kernels
 from pytest_jetmem.demo._support import POISON, check_close, preload
+from pytest_jetmem.demo.tables import Scenarios
+from pytest_jetmem.handle import Jetmem
 from pytest_jetmem.kernels import reference as ref
 
 HEIGHT, WIDTH = 480, 640
@@ -35,7 +37,7 @@ def case(ksize: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 @pytest.mark.memmode
 @pytest.mark.parametrize("ksize", KERNEL_SIZES, ids=lambda k: f"{k}x{k}")
-def test_conv2d_640x480(jetmem, memmode, ksize, demo_scenarios):
+def test_conv2d_640x480(jetmem: Jetmem, memmode: str, ksize: int, demo_scenarios: Scenarios) -> None:
     demo_scenarios.describe("conv2d", TITLE)
     img, k, want = case(ksize)
     tol = {"rtol": 1e-4, "atol": 1e-4 * float(np.abs(k).sum())}

@@ -15,6 +15,8 @@ import pytest
 
 from pytest_jetmem import kernels
 from pytest_jetmem.demo._support import POISON, check_close, preload
+from pytest_jetmem.demo.tables import Scenarios
+from pytest_jetmem.handle import Jetmem
 from pytest_jetmem.kernels import reference as ref
 
 N = 2048
@@ -31,7 +33,7 @@ def case() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 @pytest.mark.memmode
-def test_matmul(jetmem, memmode, demo_scenarios):
+def test_matmul(jetmem: Jetmem, memmode: str, demo_scenarios: Scenarios) -> None:
     demo_scenarios.describe("matmul", TITLE)
     a_host, b_host, want = case()
     preload(jetmem, kernels.matmul, (32, 32), (32, 32), (32, 32))

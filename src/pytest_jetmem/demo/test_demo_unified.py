@@ -17,6 +17,8 @@ import pytest
 
 from pytest_jetmem import kernels
 from pytest_jetmem.demo._support import POISON, check_close, preload
+from pytest_jetmem.demo.tables import Scenarios
+from pytest_jetmem.handle import Jetmem
 from pytest_jetmem.kernels import reference as ref
 from pytest_jetmem.measure.stats import StoppingRule
 
@@ -48,7 +50,7 @@ def expected() -> np.ndarray:
 
 
 @pytest.mark.memmode
-def test_unified_memory_experiment(jetmem, memmode, demo_scenarios):
+def test_unified_memory_experiment(jetmem: Jetmem, memmode: str, demo_scenarios: Scenarios) -> None:
     demo_scenarios.describe("unified", TITLE, series=True, touched=TOUCHED)
     preload(jetmem, kernels.conv2d, (16, 16), (3, 3), (16, 16))
     k = weights()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 
-
 #: Kernels of more taps than this are convolved by FFT (float64, error far below float32's), fewer by direct sums.
 DIRECT_TAPS = 121
 
@@ -48,17 +47,20 @@ def _by_fft(padded: np.ndarray, kernel: np.ndarray, shape: tuple[int, ...]) -> n
 
 def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """C = A @ B in float64, returned as float32."""
-    return (np.asarray(a, np.float64) @ np.asarray(b, np.float64)).astype(np.float32)
+    product: np.ndarray = np.asarray(a, np.float64) @ np.asarray(b, np.float64)
+    return product.astype(np.float32)
 
 
 def stream_read(x: np.ndarray) -> np.float32:
     """The sum the read kernel leaves in ``sink[0]``."""
-    return np.float32(np.sum(np.asarray(x, np.float64)))
+    total: np.float32 = np.float32(float(np.sum(np.asarray(x, np.float64))))
+    return total
 
 
 def stream_write(n: int, scale: float) -> np.ndarray:
     """``out[i] = float32(i) * float32(scale)``."""
-    return np.arange(n, dtype=np.float64).astype(np.float32) * np.float32(scale)
+    out: np.ndarray = np.arange(n, dtype=np.float64).astype(np.float32) * np.float32(scale)
+    return out
 
 
 def stream_copy(x: np.ndarray) -> np.ndarray:
@@ -75,7 +77,7 @@ def coherence_pattern(n: int, seed: int, start: int = 0) -> np.ndarray:
     lo = (i & np.uint64(0xFFFFFFFF)).astype(np.uint32)
     hi = (i >> np.uint64(32)).astype(np.uint32)
     with np.errstate(over="ignore"):
-        x = (lo * np.uint32(2654435761)) ^ (hi * np.uint32(0x85EBCA6B)) ^ np.uint32(seed & 0xFFFFFFFF)
+        x: np.ndarray = (lo * np.uint32(2654435761)) ^ (hi * np.uint32(0x85EBCA6B)) ^ np.uint32(seed & 0xFFFFFFFF)
         x ^= x >> np.uint32(16)
         x *= np.uint32(0x7FEB352D)
         x ^= x >> np.uint32(15)

@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 import os
 import platform
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 from pytest_jetmem.atomic import write_atomic
 from pytest_jetmem.measure.record import BaselineComparison, MeasurementRecord
@@ -18,9 +19,10 @@ def benchmark_json(records: Iterable[MeasurementRecord], machine: Mapping[str, o
     from pytest_benchmark import __version__ as pb_version
     from pytest_benchmark.stats import Stats
 
+    new_stats: Callable[[], Any] = Stats  # pytest-benchmark has no type hints
     benchmarks: list[dict[str, object]] = []
     for record in records:
-        stats = Stats()
+        stats = new_stats()
         for ms in record.statistics.samples:
             stats.update(ms / 1e3)
         data = stats.as_dict()
@@ -78,3 +80,10 @@ def write_benchmark_json(path: str | os.PathLike[str], doc: Mapping[str, object]
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(target, json.dumps(doc, indent=2))
+
+
+def written_line(path: str | os.PathLike[str], count: int) -> str:
+    """The terminal's one line on the file written: where, and how many benchmarks (none: nothing was measured)."""
+    if count == 0:
+        return f"jetmem: benchmark JSON written to {path}: no benchmarks, nothing was measured"
+    return f"jetmem: benchmark JSON written to {path} ({count} benchmark{'s' if count != 1 else ''})"

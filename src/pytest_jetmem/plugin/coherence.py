@@ -17,6 +17,7 @@ import pytest
 from pytest_jetmem.plugin import markers
 
 if TYPE_CHECKING:  # imported where used: a run without the marker loads neither the CUDA layer nor numpy
+    from pytest_jetmem.cuda.buffer import Buffer
     from pytest_jetmem.cuda.workspace import Workspace
 
 MARKER = markers.COHERENCE
@@ -47,23 +48,41 @@ def parse_marker(marker: pytest.Mark, test_name: str) -> CoherenceOptions:
             f"expected {', '.join(fields)}"
         )
     kw = dict(marker.kwargs)
-    rounds = kw.get("rounds", CoherenceOptions.rounds)
+    return CoherenceOptions(
+        _rounds(kw.get("rounds", CoherenceOptions.rounds), where),
+        _cpu_touch(kw.get("cpu_touch", CoherenceOptions.cpu_touch), where),
+        _delay_us(kw.get("gpu_delay_us", CoherenceOptions.gpu_delay_us), where),
+        _labels(kw.get("labels"), where),
+    )
+
+
+def _rounds(rounds: object, where: str) -> int:
     if isinstance(rounds, bool) or not isinstance(rounds, int) or not 1 <= rounds <= MAX_ROUNDS:
         raise ValueError(f"{where}: rounds must be an int from 1 to {MAX_ROUNDS}, got {rounds!r}")
-    cpu_touch = kw.get("cpu_touch", CoherenceOptions.cpu_touch)
+    return rounds
+
+
+def _cpu_touch(cpu_touch: object, where: str) -> bool:
     if not isinstance(cpu_touch, bool):
         raise ValueError(f"{where}: cpu_touch must be True or False, got {cpu_touch!r}")
-    delay = kw.get("gpu_delay_us", CoherenceOptions.gpu_delay_us)
+    return cpu_touch
+
+
+def _delay_us(delay: object, where: str) -> float:
     if isinstance(delay, bool) or not isinstance(delay, (int, float)) or not 0 <= delay <= MAX_DELAY_US:
         raise ValueError(f"{where}: gpu_delay_us must be a number from 0 to {MAX_DELAY_US}, got {delay!r}")
-    labels = kw.get("labels")
-    if labels is not None:
-        if isinstance(labels, str):
-            labels = (labels,)
-        if not isinstance(labels, (list, tuple)) or not labels or not all(isinstance(x, str) and x for x in labels):
-            raise ValueError(f"{where}: labels must be a non-empty list of buffer labels (str), got {labels!r}")
-        labels = tuple(dict.fromkeys(labels))
-    return CoherenceOptions(rounds, cpu_touch, delay, labels)
+    return delay
+
+
+def _labels(labels: object, where: str) -> tuple[str, ...] | None:
+    """None (every live buffer), or the labels named, each once; one label may be given as a str."""
+    if labels is None:
+        return None
+    if isinstance(labels, str):
+        labels = (labels,)
+    if not isinstance(labels, (list, tuple)) or not labels or not all(isinstance(x, str) and x for x in labels):
+        raise ValueError(f"{where}: labels must be a non-empty list of buffer labels (str), got {labels!r}")
+    return tuple(dict.fromkeys(labels))
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -87,9 +106,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         )
 
 
-@pytest.hookimpl(trylast=True)
-def pytest_runtest_call(item: pytest.Item) -> None:
-    """Runs after the test body passed (a failing body raises before this hook is reached)."""
+def judge_body(item: pytest.Item) -> None:
+    """After the test body passed and its measurements were judged (a step of :mod:`~.core`'s life of a test):
+    the round trips of the ``memmode_coherence`` marker on every live ``jetmem`` buffer, or nothing unmarked."""
     marker = item.get_closest_marker(MARKER)
     if marker is None:
         return
@@ -113,29 +132,21 @@ def pytest_runtest_call(item: pytest.Item) -> None:
 
 def run_checks(jm: Workspace, opts: CoherenceOptions) -> tuple[list[str], list[str]]:
     """Check every live buffer of ``jm`` (or those ``opts.labels`` names): (problems, report lines)."""
-    from pytest_jetmem.correctness import coherence
-
     broken = jm.session.device.broken
     if broken:
         return [], [f"skipped: {broken}"]
     buffers = list(jm.live_buffers())  # before the probes allocate their counters
+    missing = _missing_labels(buffers, opts.labels)
+    if missing:
+        return [f"no live buffer labelled {lab!r}" for lab in missing], []
     if opts.labels is not None:
-        missing = [lab for lab in opts.labels if not any(b.label == lab for b in buffers)]
         buffers = [b for b in buffers if b.label in opts.labels]
-        if missing:
-            return [f"no live buffer labelled {lab!r}" for lab in missing], []
     jm.synchronize()  # the test's own work first
     problems: list[str] = []
     report: list[str] = []
     for buf in buffers:
-        name = coherence.buffer_name(buf)
-        n = coherence.word_count(buf)
-        if n == 0:
-            report.append(f"{name} [{buf.mode}]: skipped (empty)")
-            continue
-        found = coherence.check_round_trips(jm, buf, opts.rounds, opts.cpu_touch, delay_us=opts.gpu_delay_us)
-        unit = "uint32 words" if coherence.word_dtype(buf.dtype).itemsize == 4 else "bytes (byte-level pattern)"
-        report.append(f"{name} [{buf.mode}]: {n} {unit}, {opts.rounds} rounds: {'FAILED' if found else 'ok'}")
+        found, line = _check_buffer(jm, buf, opts)
+        report.append(line)
         problems.extend(found)
     if not buffers:
         warnings.warn(
@@ -144,3 +155,21 @@ def run_checks(jm: Workspace, opts: CoherenceOptions) -> tuple[list[str], list[s
         )
         report.append("no live buffer to check")
     return problems, report
+
+
+def _missing_labels(buffers: list[Buffer], labels: tuple[str, ...] | None) -> list[str]:
+    """The ``labels`` no buffer of ``buffers`` has (none where every live buffer is checked)."""
+    return [lab for lab in labels or () if not any(b.label == lab for b in buffers)]
+
+
+def _check_buffer(jm: Workspace, buf: Buffer, opts: CoherenceOptions) -> tuple[list[str], str]:
+    """The round trips of one buffer: (problems, its report line); an empty buffer is skipped."""
+    from pytest_jetmem.correctness import coherence
+
+    name = coherence.buffer_name(buf)
+    n = coherence.word_count(buf)
+    if n == 0:
+        return [], f"{name} [{buf.mode}]: skipped (empty)"
+    found = coherence.check_round_trips(jm, buf, opts.rounds, opts.cpu_touch, delay_us=opts.gpu_delay_us)
+    unit = "uint32 words" if coherence.word_dtype(buf.dtype).itemsize == 4 else "bytes (byte-level pattern)"
+    return found, f"{name} [{buf.mode}]: {n} {unit}, {opts.rounds} rounds: {'FAILED' if found else 'ok'}"

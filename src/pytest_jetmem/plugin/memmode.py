@@ -69,27 +69,15 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 def marker_modes(marker: pytest.Mark, test_name: str) -> tuple[str, ...]:
     """The modes a ``memmode`` marker asks for, validated (errors name the test and the bad value)."""
-    from pytest_jetmem.cuda.modes import default_names, names  # here: a run without the marker loads no CUDA layer
+    from pytest_jetmem.cuda.modes import default_names  # here: a run without the marker loads no CUDA layer
 
     if marker.kwargs:
         raise ValueError(
             f"{test_name}: @pytest.mark.memmode takes mode names only, got keyword(s) {', '.join(marker.kwargs)}"
         )
-    args: list[Any] = []
-    for a in marker.args:
-        if isinstance(a, (list, tuple)) and not a:
-            raise ValueError(
-                f"{test_name}: @pytest.mark.memmode got an empty list of modes; name at least one mode, or give "
-                "no arguments for every mode"
-            )
-        args.extend(a if isinstance(a, (list, tuple)) else [a])
+    args = _flat_marker_args(marker.args, test_name)
     for a in args:
-        if not isinstance(a, str):
-            raise ValueError(f"{test_name}: @pytest.mark.memmode expects mode names (str), got {a!r}")
-        if a not in names():
-            raise ValueError(
-                f"{test_name}: @pytest.mark.memmode got unknown memory mode {a!r}; expected one of {', '.join(names())}"
-            )
+        _check_mode_name(a, test_name)
     repeated = [m for m in dict.fromkeys(args) if args.count(m) > 1]
     if repeated:
         raise ValueError(
@@ -98,6 +86,31 @@ def marker_modes(marker: pytest.Mark, test_name: str) -> tuple[str, ...]:
             "expected each mode at most once"
         )
     return tuple(args) or default_names()
+
+
+def _flat_marker_args(marker_args: tuple[Any, ...], test_name: str) -> list[Any]:
+    """The marker's arguments with lists and tuples of modes spread out; an empty list is a ValueError."""
+    args: list[Any] = []
+    for a in marker_args:
+        if isinstance(a, (list, tuple)) and not a:
+            raise ValueError(
+                f"{test_name}: @pytest.mark.memmode got an empty list of modes; name at least one mode, or give "
+                "no arguments for every mode"
+            )
+        args.extend(a if isinstance(a, (list, tuple)) else [a])
+    return args
+
+
+def _check_mode_name(name: Any, test_name: str) -> None:
+    """A ValueError naming the test unless ``name`` is a registered mode's name."""
+    from pytest_jetmem.cuda.modes import names
+
+    if not isinstance(name, str):
+        raise ValueError(f"{test_name}: @pytest.mark.memmode expects mode names (str), got {name!r}")
+    if name not in names():
+        raise ValueError(
+            f"{test_name}: @pytest.mark.memmode got unknown memory mode {name!r}; expected one of {', '.join(names())}"
+        )
 
 
 def _runtime_spec(marker: pytest.Mark, test_name: str) -> RuntimeSpec:
@@ -115,15 +128,22 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     why = self_ratio(spec, modes, metafunc.definition.nodeid) if spec is not None else None
     if why is not None:
         pytest.fail(why, pytrace=False)
-    selected = device_session(metafunc.config).selected_modes
-    marker = metafunc.definition.get_closest_marker(markers.MEMMODE)
-    if selected and marker is not None and not marker.args:  # a bare marker: the defaults and the selection
-        from pytest_jetmem.cuda.modes import names
-
-        modes = tuple(name for name in names() if name in modes or name in selected)
+    modes = _with_selection(metafunc, modes)
     if PARAM not in metafunc.fixturenames:
         metafunc.fixturenames.append(PARAM)
     metafunc.parametrize(PARAM, modes, ids=list(modes), indirect=True)
+
+
+def _with_selection(metafunc: pytest.Metafunc, modes: tuple[str, ...]) -> tuple[str, ...]:
+    """A bare marker's modes (the defaults) and the modes ``--jetmem-modes`` selects, in registry order; a marker
+    that names its modes keeps them (deselection leaves out the others)."""
+    selected = device_session(metafunc.config).selected_modes
+    marker = metafunc.definition.get_closest_marker(markers.MEMMODE)
+    if not selected or marker is None or marker.args:
+        return modes
+    from pytest_jetmem.cuda.modes import names
+
+    return tuple(name for name in names() if name in modes or name in selected)
 
 
 #: Under ``--jetmem-modes=all``: mode -> (why the device cannot do it, how many items were left out).
@@ -160,19 +180,34 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     unsupported: dict[str, str] = {}
     if asks_every_mode(config) and any(item_mode(item) is not None for item in items):
         unsupported = _unsupported_modes(config)
-    keep: list[pytest.Item] = []
-    drop: list[pytest.Item] = []
-    left_out: dict[str, tuple[str, int]] = {}
-    for item in items:
-        mode = item_mode(item)
-        if mode is not None and mode in unsupported:
-            reason, count = left_out.get(mode, (unsupported[mode], 0))
-            left_out[mode] = (reason, count + 1)
-        (drop if mode is not None and (mode not in selected or mode in unsupported) else keep).append(item)
-    config.stash[_LEFT_OUT] = left_out
+    keep, drop = _partition(items, selected, unsupported)
+    config.stash[_LEFT_OUT] = _left_out(items, unsupported)
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
+
+
+def _partition(
+    items: list[pytest.Item], selected: tuple[str, ...], unsupported: dict[str, str]
+) -> tuple[list[pytest.Item], list[pytest.Item]]:
+    """(the items that stay, those deselected): an item stays unless its mode is not selected or the device
+    cannot do it (items of no mode always stay)."""
+    keep: list[pytest.Item] = []
+    drop: list[pytest.Item] = []
+    for item in items:
+        mode = item_mode(item)
+        (drop if mode is not None and (mode not in selected or mode in unsupported) else keep).append(item)
+    return keep, drop
+
+
+def _left_out(items: list[pytest.Item], unsupported: dict[str, str]) -> dict[str, tuple[str, int]]:
+    """Mode -> (why the device cannot do it, how many of ``items`` are in it), for the modes in ``unsupported``."""
+    counts: dict[str, int] = {}
+    for item in items:
+        mode = item_mode(item)
+        if mode is not None and mode in unsupported:
+            counts[mode] = counts.get(mode, 0) + 1
+    return {mode: (unsupported[mode], count) for mode, count in counts.items()}
 
 
 def left_out_line(left_out: dict[str, tuple[str, int]]) -> str:

@@ -35,6 +35,7 @@ class Setting:
 
     ``takes`` is what the option takes: ``"value"`` (``--opt X``), ``"optional"`` (``--opt`` alone means
     ``const``) or ``"flag"`` (store_true). ``ini_help`` None: no ini key; ``option`` False: an ini key only.
+    ``choices`` are matched in any case, by the option and the ini key alike (:func:`choice_text`).
     """
 
     name: str
@@ -50,6 +51,7 @@ class Setting:
     ini_default: Any = ""
     child: bool = True
     option: bool = True
+    repeats: str = "last"  # an option given more than once: "last" (argparse's store) or "union" (see merge_union)
 
     @property
     def flag(self) -> str:
@@ -67,9 +69,11 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "modes",
         "run memmode tests only in these memory modes (comma or space separated: {modes}; a bare memmode marker "
-        "adds them to its default modes), or 'all': every mode the device supports",
+        "adds them to its default modes), or 'all': every mode the device supports. Given more than once: the "
+        "union of the values ('all' beside others: all)",
         metavar="MODES",
         ini_help="memory modes to run memmode tests in, or 'all' (default: the marker's modes)",
+        repeats="union",
     ),
     Setting(
         "cache_dir",
@@ -175,8 +179,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "counters",
         "unified-memory counters (CUPTI: bytes migrated, page faults) for measurements in modes that migrate "
-        "pages, the first call and a few calls after the samples: auto (default: where CUPTI can give them) "
-        "or off",
+        "pages, counted on a cold call replayed after the samples (the pages put back on the host first) and on "
+        "3 steady calls after it: auto (default: where CUPTI can give them) or off, in any case",
         choices=COUNTERS_POLICIES,
         ini_help="unified-memory counters: auto or off",
         ini_default="auto",
@@ -250,19 +254,42 @@ def option_group(parser: pytest.Parser) -> pytest.OptionGroup:
     return parser.getgroup(GROUP, GROUP_DESCRIPTION)
 
 
-def live_help(fields: Mapping[str, Callable[[], str]]) -> type[argparse.Action]:
-    """argparse's ``store`` action with a help text whose ``{...}`` fields are filled each time it is shown.
+def choice_text(value: object) -> str:
+    """A choice as it is compared with the setting's ``choices``: stripped, lower case (option and ini key alike)."""
+    return str(value).strip().lower()
+
+
+def merge_union(previous: str | None, value: str) -> str:
+    """A repeated list option's value: the names of both, each once, in the order given; ``all`` beside others is
+    ``all`` (every mode). A value's own faults (a name twice, ``all`` beside names) stay for the parser to refuse."""
+    if previous is None:
+        return value
+    from pytest_jetmem.cuda.modes import EVERY_MODE  # only a repeated --jetmem-modes gets here
+
+    old, new = previous.replace(",", " ").split(), value.replace(",", " ").split()
+    alone = [names for names in (old, new) if EVERY_MODE in names]
+    if alone and all(names == [EVERY_MODE] for names in alone):
+        return EVERY_MODE
+    return ",".join([*old, *(name for name in new if name not in old)])
+
+
+def option_action(fields: Mapping[str, Callable[[], str]], repeats: str = "last") -> type[argparse.Action]:
+    """argparse's ``store`` action (``repeats="union"``: :func:`merge_union` with the value given before) with a
+    help text whose ``{...}`` fields are filled each time it is shown.
 
     ``pytest_addoption`` runs before a ``conftest.py`` can register a memory mode; ``--help`` is shown after
     it has. argparse reads an action's ``help`` when it formats the help (its documented ``%(...)s`` expansion
     happens then too), so the text asks ``fields`` (``modes``: the registry's names) at that time. A custom
     action class is what ``parser.addoption`` documents (``add_argument``'s arguments); no pytest internals.
+    The union is idempotent, so pytest parsing the command line more than once into one namespace changes nothing.
     """
 
     class StoreWithLiveHelp(argparse.Action):
         def __call__(
             self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any, option: Any = None
         ) -> None:
+            if repeats == "union":
+                values = merge_union(getattr(namespace, self.dest, None), str(values))
             setattr(namespace, self.dest, values)
 
         @property
@@ -275,6 +302,11 @@ def live_help(fields: Mapping[str, Callable[[], str]]) -> type[argparse.Action]:
             self.__dict__["help_template"] = template
 
     return StoreWithLiveHelp
+
+
+def live_help(fields: Mapping[str, Callable[[], str]]) -> type[argparse.Action]:
+    """:func:`option_action` storing the last value given."""
+    return option_action(fields)
 
 
 def add(parser: pytest.Parser, *names: str, **help_fields: Callable[[], str]) -> None:
@@ -291,19 +323,28 @@ def add(parser: pytest.Parser, *names: str, **help_fields: Callable[[], str]) ->
             if s.takes == "flag":
                 kwargs["action"] = "store_true"
             else:
-                if "{" in s.help:
-                    kwargs["action"] = live_help(help_fields)
-                if s.takes == "optional":
-                    kwargs.update(nargs="?", const=s.const)
-                for key in ("type", "metavar", "choices"):
-                    if getattr(s, key) is not None:
-                        kwargs[key] = getattr(s, key)
+                kwargs.update(_value_kwargs(s, help_fields))
             group.addoption(s.flag, **kwargs)
         if s.ini_help is not None:
             ini: dict[str, Any] = {"default": s.ini_default}
             if s.ini_type is not None:
                 ini["type"] = s.ini_type
             parser.addini(s.dest, s.ini_help, **ini)
+
+
+def _value_kwargs(s: Setting, help_fields: Mapping[str, Callable[[], str]]) -> dict[str, Any]:
+    """``addoption``'s arguments for an option that takes a value: action, nargs, type, metavar, choices."""
+    kwargs: dict[str, Any] = {}
+    if "{" in s.help or s.repeats != "last":
+        kwargs["action"] = option_action(help_fields, s.repeats)
+    if s.takes == "optional":
+        kwargs.update(nargs="?", const=s.const)
+    if s.choices is not None:
+        kwargs.update(choices=s.choices, type=choice_text)  # argparse converts, then checks the choice
+    for key in ("type", "metavar"):
+        if getattr(s, key) is not None:
+            kwargs[key] = getattr(s, key)
+    return kwargs
 
 
 def parent_only() -> Iterator[Setting]:
@@ -370,7 +411,7 @@ def get_choice(config: pytest.Config, name: str) -> str:
     """One of the setting's ``choices`` (case and spaces ignored), else a UsageError naming where it came from."""
     value, source = raw(config, name)
     choices = _BY_NAME[name].choices or ()
-    text = str(value).strip().lower()
+    text = choice_text(value)
     if text not in choices:
         raise pytest.UsageError(f"{source}: expected one of {', '.join(choices)}, got {value!r}")
     return text

@@ -20,7 +20,9 @@ if TYPE_CHECKING:  # imported where used: loading the plugin imports neither the
     from pytest_jetmem.plugin.runtime_spec import RuntimeSpec
 
 
-def side_by_side(item: pytest.Function, handle: Jetmem, spec: RuntimeSpec) -> dict[int, tuple]:
+def side_by_side(
+    item: pytest.Function, handle: Jetmem, spec: RuntimeSpec
+) -> dict[int, tuple[float, float, float, float, float, int]]:
     """Run the body again in the reference mode, then sample both modes interleaved; ratios by call index."""
     import numpy as np
 

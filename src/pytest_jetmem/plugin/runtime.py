@@ -406,7 +406,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         workeroutput["jetmem_interrupted"] = session_interrupted(config)  # the controller says nothing was saved
     elif state.errors:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
-    if state.benchmark_json and state.rows and not hasattr(config, "workerinput"):
+    if state.benchmark_json and not hasattr(config, "workerinput"):  # also with nothing measured: a valid file
         _write_benchmark_json(session, state, state.benchmark_json)
 
 
@@ -493,7 +493,7 @@ def _benchmark_json_path(config: pytest.Config) -> str | None:
 
 def _write_benchmark_json(session: pytest.Session, state: GateSession, path: str) -> None:
     """Write the benchmark JSON; a failure is an error of the run that says what was lost, never a traceback."""
-    from pytest_jetmem.measure.benchjson import benchmark_json, write_benchmark_json
+    from pytest_jetmem.measure.benchjson import benchmark_json, write_benchmark_json, written_line
 
     machine = state.machine()
     try:
@@ -504,6 +504,12 @@ def _write_benchmark_json(session: pytest.Session, state: GateSession, path: str
             f"{len(state.rows)} measurement(s) were not written there (the table above has them)"
         )
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        return
+    session.config.stash[_BENCHMARK_JSON_WRITTEN] = written_line(path, len(state.rows))
+
+
+#: The terminal's line on the benchmark JSON written (set where it was written).
+_BENCHMARK_JSON_WRITTEN = pytest.StashKey[str]()
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
@@ -519,6 +525,9 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     if state.baseline_skip is not None:  # also where nothing was measured (no GPU): a missing baseline is never silent
         tr.write_line(f"jetmem: {state.baseline_skip.text}", yellow=True)
     _nothing_saved_note(tr, state, session_interrupted(config))
+    written = config.stash.get(_BENCHMARK_JSON_WRITTEN, None)
+    if written is not None:
+        tr.write_line(written)
     for err in state.errors:
         tr.write_line(f"jetmem: error: {err}", red=True)
 

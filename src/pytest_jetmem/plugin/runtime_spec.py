@@ -47,9 +47,6 @@ def _positive_number(test: str, name: str, value: Any) -> float:
 
 def parse_runtime_marker(args: tuple[Any, ...], kwargs: dict[str, Any], test: str) -> RuntimeSpec:
     """Validate the marker's arguments; errors name the test, the argument and what was expected."""
-    from pytest_jetmem.cuda.modes import names  # here: a run without the marker loads no CUDA layer
-    from pytest_jetmem.measure.timing import SCOPES
-
     if args:
         raise ValueError(f"{test}: @pytest.mark.{MARKER} takes keyword arguments only ({', '.join(ARGUMENTS)})")
     unknown = sorted(set(kwargs) - set(ARGUMENTS))
@@ -59,37 +56,66 @@ def parse_runtime_marker(args: tuple[Any, ...], kwargs: dict[str, Any], test: st
             f"expected {', '.join(ARGUMENTS)}"
         )
     max_ms = kwargs.get("max_ms")
-    max_ratio = kwargs.get("max_ratio")
-    relative_to = kwargs.get("relative_to")
-    scope = kwargs.get("scope")
-    baseline = kwargs.get("baseline", True)
-    label = kwargs.get("label")
     if max_ms is not None:
         max_ms = _positive_number(test, "max_ms", max_ms)
+    max_ratio, relative_to = _ratio(kwargs.get("max_ratio"), kwargs.get("relative_to"), test)
+    return RuntimeSpec(
+        max_ms,
+        max_ratio,
+        relative_to,
+        _scope(kwargs.get("scope"), test),
+        _baseline(kwargs.get("baseline", True), test),
+        _label(kwargs.get("label"), test),
+        _runs(kwargs.get("runs"), test),
+    )
+
+
+def _ratio(max_ratio: Any, relative_to: Any, test: str) -> tuple[float | None, str | None]:
+    """``max_ratio`` (a positive number) and ``relative_to`` (a registered mode): both or neither."""
     if max_ratio is not None:
         max_ratio = _positive_number(test, "max_ratio", max_ratio)
         if relative_to is None:
             raise ValueError(f"{test}: @pytest.mark.{MARKER}(max_ratio=...) needs relative_to='<mode>'")
-    if relative_to is not None:
-        if relative_to not in names():
-            raise ValueError(
-                f"{test}: @pytest.mark.{MARKER}(relative_to={relative_to!r}): unknown memory mode; "
-                f"expected one of {', '.join(names())}"
-            )
-        if max_ratio is None:
-            raise ValueError(f"{test}: @pytest.mark.{MARKER}(relative_to=...) needs max_ratio=<number>")
+    if relative_to is None:
+        return max_ratio, None
+    from pytest_jetmem.cuda.modes import names  # here: a run without the marker loads no CUDA layer
+
+    if relative_to not in names():
+        raise ValueError(
+            f"{test}: @pytest.mark.{MARKER}(relative_to={relative_to!r}): unknown memory mode; "
+            f"expected one of {', '.join(names())}"
+        )
+    if max_ratio is None:
+        raise ValueError(f"{test}: @pytest.mark.{MARKER}(relative_to=...) needs max_ratio=<number>")
+    return max_ratio, str(relative_to)
+
+
+def _scope(scope: Any, test: str) -> str | None:
+    from pytest_jetmem.measure.timing import SCOPES
+
     if scope is not None and scope not in SCOPES:
         raise ValueError(
             f"{test}: @pytest.mark.{MARKER}(scope={scope!r}): unknown scope; expected one of {', '.join(SCOPES)}"
         )
+    return None if scope is None else str(scope)
+
+
+def _baseline(baseline: Any, test: str) -> bool:
     if not isinstance(baseline, bool):
         raise ValueError(f"{test}: @pytest.mark.{MARKER}(baseline=...) expects True or False, got {baseline!r}")
+    return baseline
+
+
+def _label(label: Any, test: str) -> str | None:
     if label is not None and not isinstance(label, str):
         raise ValueError(f"{test}: @pytest.mark.{MARKER}(label=...) expects a string, got {label!r}")
-    runs = kwargs.get("runs")
+    return label
+
+
+def _runs(runs: Any, test: str) -> int | None:
     if runs is not None and (isinstance(runs, bool) or not isinstance(runs, int) or runs < 1):
         raise ValueError(f"{test}: @pytest.mark.{MARKER}(runs=...) expects an integer >= 1, got {runs!r}")
-    return RuntimeSpec(max_ms, max_ratio, relative_to, scope, baseline, label, runs)
+    return runs
 
 
 class _Measured(Protocol):
