@@ -160,3 +160,8 @@ def hide_for_user_errors(excinfo: Any) -> bool:
     """A ``__tracebackhide__`` value for library frames between a user's call and the raise: pytest then shows
     the message and the user's own frames for :data:`USER_ERRORS`, and every frame for anything else (a bug)."""
     return excinfo is not None and bool(excinfo.errisinstance(USER_ERRORS))
+
+
+class WireError(JetmemError, ValueError):
+    """Something read from a child session (a channel line, a report's notes) is not what pytest-jetmem's
+    parent-child wire (``plugin/wire.py``) sends: most often another version of pytest-jetmem on the other side."""

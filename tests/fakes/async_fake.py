@@ -29,7 +29,8 @@ def _pattern_at(idx: np.ndarray, seed: int, wdt: np.dtype) -> np.ndarray:
     idx = np.asarray(idx, dtype=np.int64)
     if idx.size == 0:
         return np.empty(0, wdt)
-    return coherence_pattern(int(idx.max()) + 1, seed)[idx].astype(wdt)
+    pattern: np.ndarray = coherence_pattern(int(idx.max()) + 1, seed)[idx].astype(wdt)
+    return pattern
 
 
 def _emulate_probe(wdt: np.dtype) -> Callable[[FakeDriver, Launch], None]:

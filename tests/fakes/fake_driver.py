@@ -515,7 +515,7 @@ class FakeDriver:
         self._current: FakeHandle | None = None
         self._handles: dict[str, dict[int, FakeHandle]] = {k: {} for k in ("stream", "event", "module", "function")}
         self._clock: dict[int, float] = {0: 0.0}  # stream value -> virtual time in ms (0: the default stream)
-        self._real: Any = None
+        self._real: jdriver.CudaDriver | None = None
 
     def __repr__(self) -> str:
         return f"<FakeDriver {self.profile.name}: {len(self.live)} live allocations, {len(self.calls)} calls>"
@@ -737,7 +737,7 @@ class FakeDriver:
                 a.registered, a.registered_on = None, -1
         self.sticky = self.sticky_at = None
 
-    def _nvrtc(self) -> Any:
+    def _nvrtc(self) -> jdriver.CudaDriver:
         if not self.has_nvrtc:
             raise CudaUnavailable(
                 "NVRTC not found (fake: libnvrtc.so could not be loaded); install the cu12 or cu13 extra"

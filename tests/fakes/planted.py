@@ -28,8 +28,10 @@ def unsynchronized_cpu_read(mode: str, correct: Any = coherence.cpu_read) -> Any
 
     def cpu_read(ws: Any, buf: Any, sl: slice = slice(None)) -> np.ndarray:
         if buf.mode == mode and buf.memory_mode.has_host_view:
-            return np.array(coherence.host_words(ws, buf)[sl], copy=True)
-        return correct(ws, buf, sl)
+            words: np.ndarray = np.array(coherence.host_words(ws, buf)[sl], copy=True)
+            return words
+        fallback: np.ndarray = correct(ws, buf, sl)
+        return fallback
 
     return cpu_read
 

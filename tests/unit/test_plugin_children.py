@@ -16,6 +16,7 @@ from concurrency_runs import PLUGIN
 from pytest_jetmem.measure.baseline import WINDOW_SESSIONS
 from pytest_jetmem.plugin import options
 from pytest_jetmem.plugin.children import WORKER_ENV, Child, child_args, child_argv, child_env
+from pytest_jetmem.plugin.wire import Collected, Done, Run, WireError
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="child processes need POSIX process groups")
 
@@ -184,7 +185,7 @@ import os, signal, subprocess, sys, time
 signal.signal(signal.SIGTERM, signal.SIG_IGN)
 g = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
 fd = int(os.environ["PYTEST_JETMEM_CHANNEL"].split(",")[1])
-os.write(fd, ("{\\"collected\\": [%d, %d]}\\n" % (os.getpid(), g.pid)).encode())
+os.write(fd, ('{"type": "collected", "nodeids": ["%d", "%d"]}\\n' % (os.getpid(), g.pid)).encode())
 time.sleep(600)  # never reads a command
 """
 
@@ -192,7 +193,9 @@ time.sleep(600)  # never reads a command
 def test_a_child_that_does_not_quit_is_killed_with_its_group(tmp_path: Path) -> None:
     argv = [sys.executable, "-c", textwrap.dedent(HANGS)]
     child = Child.start("stuck side", argv, cwd=tmp_path, env=dict(os.environ), workdir=tmp_path)
-    pid, grandchild = child.answer(timeout_s=30)["collected"]
+    collected = child.answer(timeout_s=30)
+    assert isinstance(collected, Collected)
+    pid, grandchild = (int(nodeid) for nodeid in collected.nodeids)
     assert os.getpgid(pid) == pid != os.getpgid(0)  # its own process group
     with pytest.raises(RuntimeError, match=r"the stuck side sent nothing for 0\.5 s"):
         child.answer(timeout_s=0.5)
@@ -213,3 +216,56 @@ def test_a_child_that_ends_early_says_so_with_its_output(tmp_path: Path) -> None
             child.answer()
     finally:
         child.close()
+
+
+SPEAKS_ANOTHER_WIRE = """
+import os
+cmd, res = (int(x) for x in os.environ["PYTEST_JETMEM_CHANNEL"].split(","))
+commands, answers = os.fdopen(cmd), os.fdopen(res, "w")
+answers.write('{"type": "collected", "nodeids": ["t.py::t"]}\\n'); answers.flush()
+commands.readline()
+answers.write('{"done": "t.py::t", "broken": null}\\n'); answers.flush()  # an older pytest-jetmem's untyped wire
+commands.readline()
+"""
+
+
+def test_a_child_that_sends_no_message_of_the_wire_is_named_in_a_clear_error(tmp_path: Path) -> None:
+    code = textwrap.dedent(SPEAKS_ANOTHER_WIRE)
+    child = Child.start("base side", [sys.executable, "-c", code], cwd=tmp_path, env=dict(os.environ), workdir=tmp_path)
+    try:
+        assert child.read_collected(timeout_s=30) == {"t.py::t"}
+        with pytest.raises(
+            WireError,
+            match=r"the base side sent a line that is not one of pytest-jetmem's answers "
+            r"\(is another version of pytest-jetmem installed there\?\): not a child's answer",
+        ):
+            child.run(Run("t.py::t"), timeout_s=30)
+    finally:
+        child.close()
+
+
+TYPED_CHILD = """
+import os
+cmd, res = (int(x) for x in os.environ["PYTEST_JETMEM_CHANNEL"].split(","))
+commands, answers = os.fdopen(cmd), os.fdopen(res, "w")
+answers.write('{"type": "collected", "nodeids": ["t.py::t"]}\\n'); answers.flush()
+for line in commands:
+    if '"quit"' in line:
+        break
+    answers.write('{"type": "report", "report": {"when": "call"}}\\n')
+    answers.write('{"type": "done", "nodeid": "t.py::t", "broken": "CUDA_ERROR_LAUNCH_FAILED"}\\n'); answers.flush()
+answers.write('{"type": "errors", "errors": ["one error"]}\\n'); answers.flush()
+"""
+
+
+def test_the_parent_reads_a_childs_answers_as_typed_messages(tmp_path: Path) -> None:
+    code = textwrap.dedent(TYPED_CHILD)
+    child = Child.start("child", [sys.executable, "-c", code], cwd=tmp_path, env=dict(os.environ), workdir=tmp_path)
+    try:
+        assert child.read_collected(timeout_s=30) == {"t.py::t"} == child.collected
+        sent, done = child.run(Run("t.py::t"), timeout_s=30)
+        assert sent == [{"when": "call"}]
+        assert done == Done("t.py::t", broken="CUDA_ERROR_LAUNCH_FAILED")
+    finally:
+        errors = child.close(timeout_s=30)
+    assert errors is not None and errors.errors == ("one error",)

@@ -26,7 +26,7 @@ import shutil
 import subprocess
 import tarfile
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -45,7 +45,6 @@ from pytest_jetmem.plugin.children import (
     run_in_children_only,
 )
 from pytest_jetmem.plugin.judging import (
-    REPORT_ATTRIBUTE,
     apply_comparison,
     at_other_clocks,
     clock_mhz,
@@ -54,6 +53,7 @@ from pytest_jetmem.plugin.judging import (
 )
 from pytest_jetmem.plugin.runtime_spec import item_spec
 from pytest_jetmem.plugin.sessions import device_session, gate_session
+from pytest_jetmem.plugin.wire import AGAINST_OUTPUT, Done, PairSummary, Run, notes_of
 
 if TYPE_CHECKING:  # imported where used: a run without --jetmem-against loads no handle, measure or numpy
     from pytest_jetmem.measure.duet import Duet
@@ -169,7 +169,7 @@ class AgainstParent:
         self.error: str | None = None
         #: why no GPU can be used here (None: one can, or not probed yet); then no children, the tests run here
         self.no_gpu: str | None = None
-        self.worker_summaries: list[dict[str, Any]] = []  # on the xdist controller
+        self.worker_summaries: list[PairSummary] = []  # on the xdist controller
 
     def start(self, items: Sequence[pytest.Item]) -> None:
         from pytest_jetmem.measure.duet import BASE, CHANGE, make_channel
@@ -188,9 +188,9 @@ class AgainstParent:
             name = f"{_side_name(side)} side"
             self.children[side] = Child.start(name, argv, cwd=root, env=env, workdir=self.work, stem=_side_name(side))
         for child in self.children.values():
-            child.collected = set(child.answer().get("collected", []))
+            child.read_collected()
 
-    def run(self, item: pytest.Function) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    def run(self, item: pytest.Function) -> tuple[SideResult, SideResult | None]:
         """Run ``item`` on both sides at once (the base only where it has it); (change's, base's) results."""
         from pytest_jetmem.measure.duet import BASE, CHANGE
 
@@ -201,7 +201,7 @@ class AgainstParent:
         if item.nodeid not in change.collected:
             raise RuntimeError(f"{item.nodeid}: the change's pytest did not collect it (see {change.log})")
         paired = item.nodeid in base.collected
-        command = {"cmd": "run", "nodeid": item.nodeid, "seq": self.seq, "paired": paired}
+        command = Run(item.nodeid, seq=self.seq, paired=paired)
         change.send(command)  # both sides run it at once: the change's answer is read last
         base_result = self.result(*base.run(command)) if paired else None
         change_result = self.result(*change.collect())
@@ -209,24 +209,19 @@ class AgainstParent:
             self.only_in_change.append(item.nodeid)
         return change_result, base_result
 
-    def result(self, sent: list[dict[str, Any]], answer: dict[str, Any]) -> dict[str, Any]:
-        """What :func:`judge` reads of a side's answer: the test's outcome and message, its rows, the device."""
-        if answer.get("missing"):
-            return {"outcome": "missing", "message": "", "rows": []}
+    def result(self, sent: list[dict[str, Any]], done: Done | None) -> SideResult:
+        """What :func:`judge` reads of a side's answer (``done``: None where its session ended before the test did)."""
+        if done is not None and done.missing:
+            return SideResult("missing")
         reports = [from_wire(self.config, data) for data in sent]
         outcome, message = body_outcome(reports)
-        rows = next((getattr(r, REPORT_ATTRIBUTE, None) or [] for r in reports if r.when == "call"), [])
-        return {"outcome": outcome, "message": message, "rows": rows, "integrated": answer.get("integrated")}
+        rows = next((notes_of(r).records for r in reports if r.when == "call"), ())
+        return SideResult(outcome, message, rows, done.integrated if done is not None else None)
 
-    def summary(self) -> dict[str, Any]:
-        """What the terminal summary says of this pair (JSON-able: it travels from an xdist worker)."""
-        return {
-            "label": self.base.label,
-            "judged": self.judged,
-            "only_in_change": list(self.only_in_change),
-            "only_in_base": self.only_in_base(),
-            "no_gpu": self.no_gpu,
-        }
+    def summary(self) -> PairSummary:
+        """What the terminal summary says of this pair (it travels from an xdist worker, as JSON)."""
+        only = tuple(self.only_in_change), tuple(self.only_in_base())
+        return PairSummary(self.base.label, self.judged, *only, no_gpu=self.no_gpu)
 
     def not_compared(self) -> str:
         """What a test skipped here says where no GPU can be used (:attr:`no_gpu` is set)."""
@@ -280,6 +275,18 @@ def _uses_gpu(item: pytest.Item) -> bool:
     return bool({"jetmem", "memmode", "jetmem_device"} & set(getattr(item, "fixturenames", ())))
 
 
+@dataclass(frozen=True)
+class SideResult:
+    """What one side said of a test: its outcome (``passed``, ``failed``, ``skipped``, or ``missing``: the side has
+    no such test) and message, its call report's measurement records (as JSON objects), and whether its GPU is
+    integrated (None: not known)."""
+
+    outcome: str
+    message: str = ""
+    rows: tuple[dict[str, Any], ...] = ()
+    integrated: bool | None = None
+
+
 class InTurns:
     """The runner of a test under ``--jetmem-against`` (in the parent, with a GPU): its body runs in the base's and
     the change's child sessions at once, and the paired rounds are judged here (:mod:`~pytest_jetmem.plugin.core`
@@ -314,7 +321,7 @@ def runner(item: pytest.Function) -> InTurns | None:
     return InTurns(parent)
 
 
-def judge(item: pytest.Function, parent: AgainstParent, change: dict[str, Any], base: dict[str, Any] | None) -> None:
+def judge(item: pytest.Function, parent: AgainstParent, change: SideResult, base: SideResult | None) -> None:
     """The change's outcome is the test's; each measurement the two sides took in turns is compared."""
     outcome, message = _change_outcome(item, change)
     gate = gate_session(item.config)
@@ -329,9 +336,9 @@ def judge(item: pytest.Function, parent: AgainstParent, change: dict[str, Any], 
         pytest.fail("\n".join(failures), pytrace=False)
 
 
-def _change_outcome(item: pytest.Function, change: Mapping[str, object]) -> tuple[str, str]:
+def _change_outcome(item: pytest.Function, change: SideResult) -> tuple[str, str]:
     """The change's outcome and message; a test the change lacks fails here, one it skipped skips."""
-    outcome, message = str(change.get("outcome")), str(change.get("message", ""))
+    outcome, message = change.outcome, change.message
     if outcome == "missing":
         pytest.fail(f"{item.nodeid}: the change's pytest has no such test", pytrace=False)
     if outcome == "skipped":
@@ -340,7 +347,7 @@ def _change_outcome(item: pytest.Function, change: Mapping[str, object]) -> tupl
 
 
 def _side_records(
-    item: pytest.Function, parent: AgainstParent, change: Mapping[str, object], base: Mapping[str, object] | None
+    item: pytest.Function, parent: AgainstParent, change: SideResult, base: SideResult | None
 ) -> tuple[list[MeasurementRecord], dict[tuple[str, str], MeasurementRecord]]:
     """The change's records, and the base's by (mode, key); a side's rows that cannot be read fail the test."""
     try:
@@ -352,7 +359,7 @@ def _side_records(
 
 
 def _why_not_compared(
-    base: Mapping[str, object] | None, other: MeasurementRecord | None, rounds: Sequence[object]
+    base: SideResult | None, other: MeasurementRecord | None, rounds: Sequence[object]
 ) -> NotCompared | None:
     """Why one of the change's measurements (its paired ``rounds``) is not compared with the base's ``other``
     (None: it is)."""
@@ -360,8 +367,8 @@ def _why_not_compared(
 
     if base is None:
         return NotCompared(NotComparedWhy.ONLY_IN_CHANGE, "only in the change: not compared")
-    if base.get("outcome") != "passed":
-        return NotCompared(NotComparedWhy.BASE_NOT_PASSED, f"the base {base.get('outcome')}: not compared")
+    if base.outcome != "passed":
+        return NotCompared(NotComparedWhy.BASE_NOT_PASSED, f"the base {base.outcome}: not compared")
     if other is None:
         return NotCompared(NotComparedWhy.NOT_IN_BASE, "not measured in the base: not compared")
     if not rounds or len(rounds) != len(other.statistics.run_rounds):
@@ -376,8 +383,8 @@ class _Judging:
 
     item: pytest.Function
     parent: AgainstParent
-    change: Mapping[str, object]
-    base: Mapping[str, object] | None
+    change: SideResult
+    base: SideResult | None
     base_records: dict[tuple[str, str], MeasurementRecord]
     gate: GateSession | None
     marked: bool
@@ -412,27 +419,18 @@ class _Judging:
         threshold = gate.fail_pct if gate else DEFAULT_FAIL_PCT
         cmp = compare_paired(other.statistics.run_rounds, record.statistics.run_rounds, threshold)
         cmp = at_other_clocks(cmp, clock_mhz(other.conditions.clocks), clock_mhz(record.conditions.clocks), "the base")
-        cmp = over_pcie(cmp, record.identity.mode, _integrated(self.change))
+        cmp = over_pcie(cmp, record.identity.mode, self.change.integrated)
         if other.conditions.throttled and not record.conditions.throttled:
             # either side throttled: the pair is not comparable
             record.conditions = replace(record.conditions, throttled=other.conditions.throttled)
         return apply_comparison(self.item, gate, record, cmp, judged=self.judged) if gate is not None else None
 
 
-def _integrated(answer: Mapping[str, object]) -> bool | None:
-    """Whether a side's GPU is integrated, from its answer (None: not known)."""
-    integrated = answer.get("integrated")
-    return integrated if isinstance(integrated, bool) else None
-
-
-def _records(result: Mapping[str, object] | None) -> list[MeasurementRecord]:
+def _records(result: SideResult | None) -> list[MeasurementRecord]:
     """The records in a side's answer (its rows, as JSON objects); none without an answer."""
     from pytest_jetmem.measure.record import MeasurementRecord
 
-    rows = (result or {}).get("rows") or []
-    if not isinstance(rows, list):
-        raise RecordError(f"rows: expected a list of measurement records, got {rows!r}")
-    return [MeasurementRecord.from_json(data) for data in rows]
+    return [MeasurementRecord.from_json(data) for data in (result.rows if result is not None else ())]
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
@@ -440,15 +438,15 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     parent = session.config.stash.get(_PARENT, None)
     workeroutput = getattr(session.config, "workeroutput", None)
     if parent is not None and (parent.children or parent.no_gpu) and workeroutput is not None:
-        workeroutput["jetmem_against"] = parent.summary()
+        workeroutput[AGAINST_OUTPUT] = parent.summary().to_json()
 
 
 @pytest.hookimpl(optionalhook=True)  # an xdist hook: the controller collects the workers' summaries
 def pytest_testnodedown(node: Any, error: Any) -> None:
     parent = node.config.stash.get(_PARENT, None)
-    summary = getattr(node, "workeroutput", {}).get("jetmem_against")
+    summary = getattr(node, "workeroutput", {}).get(AGAINST_OUTPUT)
     if parent is not None and summary:
-        parent.worker_summaries.append(summary)
+        parent.worker_summaries.append(PairSummary.from_json(summary))
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
@@ -460,35 +458,36 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
         _say_compared(terminalreporter, _say_no_gpu(terminalreporter, parent, summaries))
 
 
-def _say_no_gpu(tr: Any, parent: AgainstParent, summaries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _say_no_gpu(tr: Any, parent: AgainstParent, summaries: list[PairSummary]) -> list[PairSummary]:
     """Say, once, that nothing was compared where no GPU could be used (on the xdist controller too: every worker
     found the same); the summaries of the pairs that had one."""
-    no_gpu = next((s["no_gpu"] for s in summaries if s.get("no_gpu")), None)
+    no_gpu = next((s.no_gpu for s in summaries if s.no_gpu), None)
     if no_gpu is None:
         return summaries
     tr.write_line(
-        f"jetmem: against {summaries[0]['label']}: nothing compared: --jetmem-against={parent.ref} needs a "
+        f"jetmem: against {summaries[0].label}: nothing compared: --jetmem-against={parent.ref} needs a "
         f"GPU for the base and the change to take turns on, and none can be used here ({no_gpu}); the tests "
         "ran in this tree alone, as without --jetmem-against",
         yellow=True,
     )
-    return [s for s in summaries if not s.get("no_gpu")]
+    return [s for s in summaries if not s.no_gpu]
 
 
-def _say_compared(tr: Any, summaries: list[dict[str, Any]]) -> None:
+def _say_compared(tr: Any, summaries: list[PairSummary]) -> None:
     """Say how many measurements the pairs compared, and which tests only one side has."""
     if not summaries:
         return
-    judged = sum(int(s["judged"]) for s in summaries)
+    judged = sum(s.judged for s in summaries)
     pairs = f" ({len(summaries)} pairs, one per xdist worker)" if len(summaries) > 1 else ""
     tr.write_line(
-        f"jetmem: against {summaries[0]['label']}: {judged} measurements compared in turns on the same GPU{pairs}"
+        f"jetmem: against {summaries[0].label}: {judged} measurements compared in turns on the same GPU{pairs}"
     )
-    for key, what in (
-        ("only_in_change", "only in the change (reported, not judged)"),
-        ("only_in_base", "only in the base (not run)"),
+    only_in_change = sorted({n for s in summaries for n in s.only_in_change})
+    only_in_base = sorted({n for s in summaries for n in s.only_in_base})
+    for nodeids, what in (
+        (only_in_change, "only in the change (reported, not judged)"),
+        (only_in_base, "only in the base (not run)"),
     ):
-        nodeids = sorted({n for s in summaries for n in s[key]})
         if nodeids:
             tr.write_line(f"jetmem: {what}: {', '.join(nodeids)}")
 
@@ -515,15 +514,15 @@ class AgainstChild:
         duet = Duet(os.environ.pop(CHANNEL_ENV), side)  # a pytest the test starts in turn is no child
         return cls(config, side, duet, driven)
 
-    def begin(self, item: pytest.Item, command: dict[str, Any]) -> None:
-        self.paired = bool(command.get("paired", True))
-        self.duet.begin_test(int(command["seq"]))
+    def begin(self, item: pytest.Item, command: Run) -> None:
+        """Before the test: meet the other side on it (where it runs it too)."""
+        self.paired = command.paired
+        self.duet.begin_test(command.seq)
 
-    def end(self, item: pytest.Item, command: dict[str, Any]) -> dict[str, Any]:
+    def end(self, item: pytest.Item, command: Run) -> None:
+        """After the test: leave the other side's turns."""
         if self.paired:
             self.duet.end_test()
-        info = device_session(self.config).probed_info
-        return {"integrated": info.integrated if info is not None else None}
 
 
 def paired_duet(config: pytest.Config) -> Duet | None:

@@ -16,14 +16,16 @@ tests after a sticky CUDA error). All of them
   measurement, combined by the parent's pytest-cov);
 - are started as :class:`~pytest_jetmem.correctness.isolation.Spawned` (own process group, timeout, the whole
   group killed at the end) by :meth:`Child.start`, and driven test by test through one channel and one loop
-  (:class:`Child` in the parent, :class:`DrivenChild` in the child): the parent writes JSON commands, one a
-  line, on one pipe (``{"cmd": "run", "nodeid": ...}``, ``{"cmd": "quit"}``) and reads the answers on another:
-  ``{"collected": [...]}`` first, then per test each report as it is made (``{"report": ...}``, so a child that
-  crashes has still said what it could) and ``{"done": nodeid, ...}``, and at the end ``{"errors": [...]}``;
+  (:class:`Child` in the parent, :class:`DrivenChild` in the child): the parent writes the typed commands of
+  :mod:`~pytest_jetmem.plugin.wire`, one JSON line each, on one pipe (:class:`~.wire.Run`, :class:`~.wire.Quit`)
+  and reads the answers on another: :class:`~.wire.Collected` first, then per test each report as it is made
+  (:class:`~.wire.ReportSent`, so a child that crashes has still said what it could) and :class:`~.wire.Done`,
+  and at the end :class:`~.wire.SessionErrors`; a line that is none of them is a :class:`~.wire.WireError`;
 - never save a baseline nor write a report: their reports come back serialised by pytest's own
-  ``pytest_report_to_serializable`` (as pytest-xdist's do), carrying the measurement records (``jetmem_rows``)
-  and the baseline entries (``jetmem_entries``) that the parent adopts (:func:`adopt_entries`) and saves under
-  its own session id, which the child's entries are labelled with.
+  ``pytest_report_to_serializable`` (as pytest-xdist's do), carrying the plugin's notes in one attribute
+  (``report.jetmem``, :class:`~.wire.ReportNotes`): the measurement records and the baseline entries that the
+  parent adopts (:func:`adopt_entries`) and saves under its own session id, which the child's entries are
+  labelled with.
 """
 
 from __future__ import annotations
@@ -44,6 +46,23 @@ import pytest
 from pytest_jetmem.correctness.isolation import Spawned
 from pytest_jetmem.plugin import options
 from pytest_jetmem.plugin.sessions import device_session, gate_session
+from pytest_jetmem.plugin.wire import (
+    Answer,
+    Collected,
+    Command,
+    Done,
+    Quit,
+    ReportNotes,
+    ReportSent,
+    Run,
+    SessionErrors,
+    WireError,
+    add_notes,
+    decode_answer,
+    decode_command,
+    encode,
+    notes_of,
+)
 
 __all__ = [
     "CHANNEL_ENV",
@@ -69,8 +88,6 @@ __all__ = [
 WORKER_ENV = "PYTEST_JETMEM_WORKERINPUT"
 #: Set in a driven child's environment: ``<command fd>,<answer fd>``.
 CHANNEL_ENV = "PYTEST_JETMEM_CHANNEL"
-#: The attribute of a child's call report that carries the baseline entries of its measurements.
-ENTRIES_ATTRIBUTE = "jetmem_entries"
 
 # -- the child's command line --------------------------------------------------------------------------------
 
@@ -146,23 +163,31 @@ def child_args(config: pytest.Config) -> list[str]:
         if arg in positional:
             positional.remove(arg)
             continue
-        if arg.startswith("--"):
-            name, glued = arg.split("=", 1)[0], "=" in arg
-            takes = table.get(name)
-            if takes is None:
-                out.append(arg)
-                continue
-            takes = 0 if glued else takes
-        elif arg.startswith("-") and len(arg) > 1:
-            kept, takes = _bundle(arg, table)
-            if kept:
-                out.append(kept)
-        else:
-            out.append(arg)
-            continue
-        if i < len(args) and (takes == 1 or (takes == "?" and not args[i].startswith("-"))):
-            i += 1  # the value of an option left out goes with it
+        kept, takes = _one_arg(arg, table)
+        out += [kept] if kept else []
+        i += _value_left_out(takes, args[i : i + 1])  # the value of an option left out goes with it
     return out
+
+
+def _value_left_out(takes: int | str, following: list[str]) -> int:
+    """1 where an option left out takes the next argument (``following``: it, or nothing at the end) as its value
+    (``takes``: 1 a value, "?" a value where one follows, 0 none); else 0."""
+    if not following:
+        return 0
+    return int(takes == 1 or (takes == "?" and not following[0].startswith("-")))
+
+
+def _one_arg(arg: str, table: dict[str, int | str]) -> tuple[str, int | str]:
+    """One argument of the parent's command line as the child gets it ("" for nothing), and what an option left
+    out takes from the next argument (0 nothing, 1 a value, "?" a value where one follows)."""
+    if arg.startswith("--"):
+        takes = table.get(arg.split("=", 1)[0])
+        if takes is None:
+            return arg, 0
+        return "", 0 if "=" in arg else takes
+    if arg.startswith("-") and len(arg) > 1:
+        return _bundle(arg, table)
+    return arg, 0
 
 
 def _target(root: Path, target: str) -> str | None:
@@ -182,25 +207,33 @@ def child_argv(config: pytest.Config, root: Path, basetemp: Path, targets: Seque
     parent-only settings are cleared (``-o jetmem_report=``): a child's rows travel to its parent, which writes
     the report. The cache plugin is off (the parent's cache is the parent's); xdist gets ``-n 0``.
     """
-    argv = [sys.executable, "-m", "pytest", "-q", f"--rootdir={root}"]
-    if config.inipath is not None:
-        ini: Path | None = Path(config.inipath)
-        if root != Path(config.rootpath):
-            try:
-                ini = root / Path(config.inipath).relative_to(config.rootpath)
-            except ValueError:
-                ini = None
-        if ini is not None and ini.is_file():
-            argv += ["-c", str(ini)]
-    argv += [f"--basetemp={basetemp}", *child_args(config)]
-    for s in options.parent_only():
-        if s.ini_help is not None:
-            argv += ["-o", f"{s.dest}="]
+    argv = [sys.executable, "-m", "pytest", "-q", f"--rootdir={root}", *_ini_args(config, root)]
+    argv += [f"--basetemp={basetemp}", *child_args(config), *_child_only_args(config)]
+    return [*argv, *filter(None, (_target(root, t) for t in targets))]
+
+
+def _ini_args(config: pytest.Config, root: Path) -> list[str]:
+    """``-c <ini>``: the parent's ini file, at the same place in ``root`` (nothing where that tree has none)."""
+    if config.inipath is None:
+        return []
+    ini = Path(config.inipath)
+    if root != Path(config.rootpath):
+        try:
+            ini = root / ini.relative_to(config.rootpath)
+        except ValueError:
+            return []
+    return ["-c", str(ini)] if ini.is_file() else []
+
+
+def _child_only_args(config: pytest.Config) -> list[str]:
+    """What every child gets besides the parent's command line: the parent-only ini keys cleared, ``-n 0`` for
+    xdist, ``--no-cov`` for pytest-cov."""
+    argv = [arg for s in options.parent_only() if s.ini_help is not None for arg in ("-o", f"{s.dest}=")]
     if config.pluginmanager.hasplugin("xdist"):
         argv += ["-n", "0"]  # the parent distributes; a child never does (an addopts "-n auto" would)
     if config.pluginmanager.hasplugin("pytest_cov"):
         argv += ["--no-cov"]  # no coverage controller of its own (the module's docstring), not even from addopts
-    return [*argv, *filter(None, (_target(root, t) for t in targets))]
+    return argv
 
 
 def child_env(config: pytest.Config, **extra: str) -> dict[str, str]:
@@ -310,12 +343,12 @@ def adopt_entries(config: pytest.Config, report: pytest.TestReport, nodeid: str 
     ``nodeid``: the test's id in this session, where the child's may differ.
     """
     gate = gate_session(config)
-    data = getattr(report, ENTRIES_ATTRIBUTE, None)
-    if gate is None or not data:
+    entries = notes_of(report).entries
+    if gate is None or not entries:
         return
     from pytest_jetmem.measure.baseline import Entry, entry_key
 
-    for raw in data:
+    for raw in entries:
         entry = Entry.from_dict({**raw, "nodeid": nodeid or raw["nodeid"]})
         gate.entries[entry_key(entry.nodeid, entry.mode, entry.scope)] = entry
 
@@ -342,7 +375,8 @@ class ChildEnded(RuntimeError):
 
 
 class Child:
-    """A child pytest session (:class:`Spawned`: own process group) and its command and answer pipes.
+    """A child pytest session (:class:`Spawned`: own process group) and its command and answer pipes, which carry
+    the messages of :mod:`~pytest_jetmem.plugin.wire`.
 
     A wait for an answer may have a timeout (at which the child's process group is killed); :meth:`close` asks it
     to quit, waits, and kills its whole process group if it does not end in time.
@@ -354,6 +388,8 @@ class Child:
         self.commands = commands
         self.answers = answers
         self.collected: set[str] = set()
+        #: the session errors it sent (its last answer; None: not sent yet)
+        self.errors: SessionErrors | None = None
         self._buffer = ""
         self.returncode: int | None = None
 
@@ -398,30 +434,20 @@ class Child:
         parts = [(n, t(limit).strip()) for n, t in (("stdout", self.spawned.stdout), ("stderr", self.spawned.stderr))]
         return "\n".join(f"--- {n} ---\n{t}" for n, t in parts if t) or "(no output)"
 
-    def send(self, command: dict[str, Any]) -> None:
-        self.commands.write(json.dumps(command) + "\n")
+    def send(self, command: Command) -> None:
+        self.commands.write(encode(command))
         self.commands.flush()
-
-    def ask(self, command: dict[str, Any], timeout_s: float | None = None) -> dict[str, Any]:
-        self.send(command)
-        return self.answer(timeout_s)
 
     def _readline(self, timeout_s: float | None) -> str | None:
         """The next line of the answer pipe; "" at its end; None when ``timeout_s`` passed first."""
-        fd = self.answers.fileno()
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while "\n" not in self._buffer:
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
                 return None
-            # a short wait at a time: a child that died while a process it started holds the pipe gives no EOF
-            ready, _, _ = select.select([fd], [], [], 0.2 if left is None else min(left, 0.2))
-            ended = not ready and self.spawned.exited(0)
-            if ended:
-                ready, _, _ = select.select([fd], [], [], 0)  # what it wrote before it ended
-            if not ready and not ended:
+            chunk = self._read_chunk(left)
+            if chunk is None:
                 continue
-            chunk = os.read(fd, 65536) if ready else b""
             if not chunk:
                 line, self._buffer = self._buffer, ""
                 return line
@@ -429,7 +455,34 @@ class Child:
         line, _, self._buffer = self._buffer.partition("\n")
         return line + "\n"
 
-    def answer(self, timeout_s: float | None = None) -> dict[str, Any]:
+    def _read_chunk(self, left: float | None) -> bytes | None:
+        """What the answer pipe holds after a short wait (at most ``left`` s): b"" at its end, or where the child
+        has ended and wrote nothing more; None where it has nothing yet."""
+        fd = self.answers.fileno()
+        # a short wait at a time: a child that died while a process it started holds the pipe gives no EOF
+        ready, _, _ = select.select([fd], [], [], 0.2 if left is None else min(left, 0.2))
+        ended = not ready and self.spawned.exited(0)
+        if ended:
+            ready, _, _ = select.select([fd], [], [], 0)  # what it wrote before it ended
+        if not ready and not ended:
+            return None
+        return os.read(fd, 65536) if ready else b""
+
+    def _decode(self, line: str) -> Answer:
+        """The answer on ``line`` (:class:`WireError`, naming this child, where it is none); its session errors are
+        kept (:attr:`errors`)."""
+        try:
+            answer = decode_answer(line)
+        except WireError as exc:
+            raise WireError(
+                f"the {self.name} sent a line that is not one of pytest-jetmem's answers (is another version of "
+                f"pytest-jetmem installed there?): {exc}"
+            ) from None
+        if isinstance(answer, SessionErrors):
+            self.errors = answer
+        return answer
+
+    def answer(self, timeout_s: float | None = None) -> Answer:
         """The child's next answer; :class:`ChildEnded` with the end of its output where it ended instead, or sent
         nothing for ``timeout_s`` (then its process group is killed)."""
         line = self._readline(timeout_s)
@@ -439,19 +492,26 @@ class Child:
         if not line.strip():
             code = self.end(60)
             raise ChildEnded(f"the {self.name}'s pytest ended (exit status {code}); its output:\n" + self.output())
-        return dict(json.loads(line))
+        return self._decode(line)
 
-    def run(
-        self, command: dict[str, Any], timeout_s: float | None = None
-    ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-        """Send a ``run`` command and :meth:`collect` its answer."""
+    def read_collected(self, timeout_s: float | None = None) -> set[str]:
+        """Its first answer: the node ids it collected (kept in :attr:`collected`)."""
+        answer = self.answer(timeout_s)
+        if not isinstance(answer, Collected):
+            raise WireError(f"the {self.name} answered {answer.TYPE!r} where the tests it collected were expected")
+        self.collected = set(answer.nodeids)
+        return self.collected
+
+    def run(self, command: Run, timeout_s: float | None = None) -> tuple[list[dict[str, Any]], Done | None]:
+        """Send a :class:`~.wire.Run` command and :meth:`collect` its answer."""
         self.send(command)
         return self.collect(timeout_s)
 
-    def collect(self, timeout_s: float | None = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-        """The answer to a ``run`` command: the test's reports as the child sent them (serialised), and its last
-        message (``{"done": nodeid, ...}``). :class:`ChildEnded`, holding the reports sent so far, where it ended
-        or ``timeout_s`` (for the whole answer) passed first."""
+    def collect(self, timeout_s: float | None = None) -> tuple[list[dict[str, Any]], Done | None]:
+        """The answer to a :class:`~.wire.Run` command: the test's reports as the child sent them (serialised), and
+        its :class:`~.wire.Done` (None where its session ended first: it sent its errors instead).
+        :class:`ChildEnded`, holding the reports sent so far, where it ended or ``timeout_s`` (for the whole
+        answer) passed first."""
         reports: list[dict[str, Any]] = []
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while True:
@@ -460,9 +520,12 @@ class Child:
             except ChildEnded as exc:
                 exc.reports = reports
                 raise
-            if "report" not in message:
-                return reports, message
-            reports.append(message["report"])
+            if isinstance(message, ReportSent):
+                reports.append(message.report)
+            elif isinstance(message, Collected):
+                raise WireError(f"the {self.name} sent the tests it collected again, in answer to a run")
+            else:
+                return reports, message if isinstance(message, Done) else None
 
     def end(self, timeout_s: float | None, grace_s: float = 5.0) -> int:
         """Wait up to ``timeout_s`` for it to exit, else kill its process group; its exit status."""
@@ -473,54 +536,53 @@ class Child:
     def quit(self) -> None:
         """Ask it to quit (it ends its session) without waiting; closing the command pipe says so too."""
         with contextlib.suppress(OSError, ValueError):
-            self.send({"cmd": "quit"})
+            self.send(Quit())
         with contextlib.suppress(OSError):
             self.commands.close()
 
-    def close(self, timeout_s: float = 60) -> dict[str, Any] | None:
-        """Ask it to quit; its last answer (None where it sent none), once it has ended or was killed."""
+    def close(self, timeout_s: float = 60) -> SessionErrors | None:
+        """Ask it to quit; the session errors it sent (None where it sent none), once it has ended or was killed."""
         self.quit()
-        last: dict[str, Any] | None = None
         deadline = time.monotonic() + timeout_s
         with contextlib.suppress(OSError, ValueError):
             while not self.answers.closed:
                 line = self._readline(max(deadline - time.monotonic(), 0))
                 if not line or not line.strip():
                     break
-                last = dict(json.loads(line))
+                self._decode(line)
         self.end(max(deadline - time.monotonic(), 0))
         with contextlib.suppress(OSError):
             self.answers.close()
-        return last
+        return self.errors
 
 
 # -- the child's end --------------------------------------------------------------------------------------------
 
 
 class Channel:
-    """A driven child's end of the pipes: the parent's commands in, its answers out (JSON, one a line)."""
+    """A driven child's end of the pipes: the parent's commands in, its answers out (:mod:`~.wire`'s messages)."""
 
     def __init__(self, commands: IO[str], answers: IO[str]) -> None:
         self.commands = commands
         self.answers = answers
 
-    def __iter__(self) -> Iterator[dict[str, Any]]:
-        """The parent's commands, until it closes its end or says quit."""
+    def __iter__(self) -> Iterator[Run]:
+        """The parent's :class:`~.wire.Run` commands, until it closes its end or says :class:`~.wire.Quit`."""
         for line in self.commands:
-            command = dict(json.loads(line))
-            if command.get("cmd") == "quit":
+            command = decode_command(line)
+            if isinstance(command, Quit):
                 return
             yield command
 
-    def reply(self, message: dict[str, Any]) -> None:
-        self.answers.write(json.dumps(message) + "\n")
+    def reply(self, message: Answer) -> None:
+        self.answers.write(encode(message))
         self.answers.flush()
 
 
 #: Called before a driven child runs a test: (item, the parent's command).
-Before = Callable[[pytest.Item, dict[str, Any]], None]
-#: Called after: (item, the parent's command) -> what to add to the answer.
-After = Callable[[pytest.Item, dict[str, Any]], dict[str, Any]]
+Before = Callable[[pytest.Item, Run], None]
+#: Called after it ran (or failed to): (item, the parent's command).
+After = Callable[[pytest.Item, Run], None]
 
 
 class DrivenChild:
@@ -541,52 +603,52 @@ class DrivenChild:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtestloop(self, session: pytest.Session) -> bool:
-        config = self.config
         items = {item.nodeid: item for item in session.items}
-        self.channel.reply({"collected": list(items)})
+        self.channel.reply(Collected(tuple(items)))
         for command in self.channel:
-            nodeid = str(command.get("nodeid", ""))
-            item = items.get(nodeid)
-            if item is None and len(items) == 1:
-                item = next(iter(items.values()))  # the one test asked for, its id computed from another rootdir
-            if command.get("cmd") != "run" or item is None:
-                self.channel.reply({"done": nodeid, "missing": True})
-                continue
-            for before in self.before:
-                before(item, command)
-            answer: dict[str, Any] = {"done": nodeid}
-            self.running = True
-            try:
-                config.hook.pytest_runtest_protocol(item=item, nextitem=items.get(command.get("next") or ""))
-            finally:
-                self.running = False
-                for after in self.after:
-                    answer.update(after(item, command))
-            answer["broken"] = device_session(config).broken
-            self.channel.reply(answer)
+            self.channel.reply(self.run(command, items))
         return True
+
+    def run(self, command: Run, items: dict[str, pytest.Item]) -> Done:
+        """Run the test ``command`` names (of ``items``, by node id); what the child answers when it has run."""
+        item = items.get(command.nodeid)
+        if item is None and len(items) == 1:
+            item = next(iter(items.values()))  # the one test asked for, its id computed from another rootdir
+        if item is None:
+            return Done(command.nodeid, missing=True)
+        for before in self.before:
+            before(item, command)
+        self.running = True
+        try:
+            self.config.hook.pytest_runtest_protocol(item=item, nextitem=items.get(command.next or ""))
+        finally:
+            self.running = False
+            for after in self.after:
+                after(item, command)
+        device = device_session(self.config)
+        info = device.probed_info
+        return Done(command.nodeid, broken=device.broken, integrated=info.integrated if info is not None else None)
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[Any]:
         report = yield
         gate = gate_session(self.config)
         if call.when == "call" and gate is not None:
-            entries = [e.to_dict() for e in gate.entries.values() if e.nodeid == item.nodeid]
-            if entries:
-                setattr(report, ENTRIES_ATTRIBUTE, entries)
+            entries = tuple(e.to_dict() for e in gate.entries.values() if e.nodeid == item.nodeid)
+            add_notes(report, ReportNotes(entries=entries))
         return report
 
     @pytest.hookimpl(trylast=True)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         """Each report goes to the parent at once: one the child sent before it crashed still tells it something."""
         if self.running:
-            self.channel.reply({"report": to_wire(self.config, report)})
+            self.channel.reply(ReportSent(to_wire(self.config, report)))
 
     def pytest_unconfigure(self) -> None:
         """The session's errors go to the parent last, once every half's end of session has added its own."""
         gate = gate_session(self.config)
         with contextlib.suppress(OSError, ValueError):
-            self.channel.reply({"errors": list(gate.errors) if gate is not None else []})
+            self.channel.reply(SessionErrors(tuple(gate.errors) if gate is not None else ()))
             self.channel.answers.close()
 
 

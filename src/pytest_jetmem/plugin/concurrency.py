@@ -16,9 +16,9 @@ process is ever used in the child) and judges how the child ended:
 In this process (the *parent*) the item's fixtures are not set up and its body does not run: the parent needs
 no GPU. The child runs the test normally and sends its reports back as it makes them (serialised by pytest, as
 every child's are), with the CUDA error that caused a failure, any Tegra-strict violation and the device's
-``CONCURRENT_MANAGED_ACCESS`` on them; how it *ended* wins over what it sent
-(:func:`pytest_jetmem.correctness.isolation.classify`). What it measured is reported and saved here, like any
-other test's (a child saves nothing). A fault nobody expected fails the item with
+``CONCURRENT_MANAGED_ACCESS`` in their notes (:class:`~pytest_jetmem.plugin.wire.ReportNotes`); how it *ended*
+wins over what it sent (:func:`pytest_jetmem.correctness.isolation.classify`). What it measured is reported and
+saved here, like any other test's (a child saves nothing). A fault nobody expected fails the item with
 :func:`pytest_jetmem.correctness.isolation.explain`'s explanation; the session goes on.
 
 ``--jetmem-tegra-strict`` (ini ``jetmem_tegra_strict``) turns :mod:`pytest_jetmem.correctness.strict` on for every
@@ -42,11 +42,12 @@ import pytest
 
 from pytest_jetmem.correctness.concurrency import (
     DEFAULT_TIMEOUT_S,
+    ChildVerdict,
     ConcurrencySpec,
     judge,
     parse_marker,
 )
-from pytest_jetmem.correctness.isolation import child_result
+from pytest_jetmem.correctness.isolation import ChildResult, child_result
 from pytest_jetmem.errors import CudaError, TegraStrictError
 from pytest_jetmem.plugin import children, markers, options
 from pytest_jetmem.plugin.children import (
@@ -63,17 +64,12 @@ from pytest_jetmem.plugin.children import (
 )
 from pytest_jetmem.plugin.judging import publish_record, report_records
 from pytest_jetmem.plugin.sessions import device_session
+from pytest_jetmem.plugin.wire import ReportNotes, Run, add_notes, notes_of
 
 MARKER = markers.CONCURRENCY
 
 #: Set by the parent in the child's environment: the node id of the test it runs (the child is a driven child).
 NODEID_ENV = "PYTEST_JETMEM_CONCURRENCY_NODEID"
-#: What the child adds to its reports of that test (they travel back serialised, these attributes with them): the
-#: CUDA error that caused a failure, a Tegra-strict violation, and (on the setup report) the device's
-#: CONCURRENT_MANAGED_ACCESS.
-CUDA_ERROR = "jetmem_cuda_error"
-STRICT_VIOLATION = "jetmem_strict_violation"
-CMA = "jetmem_concurrent_managed_access"
 
 _STATE = pytest.StashKey["ConcurrencySession"]()
 
@@ -200,6 +196,34 @@ def _rule_exempt(item: pytest.Item) -> str | None:
 
 
 def _run_in_child(item: pytest.Function, spec: ConcurrencySpec, state: ConcurrencySession) -> None:
+    """Run ``item`` in a fresh child; adopt what it measured; pass, skip or fail it by how the child ended."""
+    sent, result = _spawn_and_ask(item, spec.timeout_s)
+    _adopt_measurements(item, sent)
+    notes = [notes_of(r) for r in sent]
+    cma = next((n.concurrent_managed_access for n in notes if n.concurrent_managed_access is not None), None)
+    verdict = judge(
+        spec.expect,
+        result,
+        _known_cma(item.config) if cma is None else cma,
+        tegra_strict=state.tegra_strict,
+        strict_violation=next((n.strict_violation for n in notes if n.strict_violation), None),
+        rule_exempt=_rule_exempt(item),
+    )
+    _give_verdict(item, verdict, result)
+
+
+def _adopt_measurements(item: pytest.Function, sent: list[pytest.TestReport]) -> None:
+    """What the child measured (on its call report): reported and saved here, like any other test's."""
+    call = next((r for r in sent if r.when == "call"), None)
+    if call is not None:
+        for record in report_records(call):
+            publish_record(item, record)
+        adopt_entries(item.config, call, item.nodeid)
+
+
+def _spawn_and_ask(item: pytest.Function, timeout_s: float) -> tuple[list[pytest.TestReport], ChildResult]:
+    """Start the child over ``item`` and have it run the test within ``timeout_s``: the reports it sent, and how
+    it ended."""
     config = item.config
     workdir = Path(tempfile.mkdtemp(prefix="jetmem-concurrency-"))
     try:
@@ -207,27 +231,14 @@ def _run_in_child(item: pytest.Function, spec: ConcurrencySpec, state: Concurren
         env = child_env(config, **{NODEID_ENV: item.nodeid})
         cwd = Path(config.invocation_params.dir)
         child = Child.start("child", argv, cwd=cwd, env=env, workdir=workdir)
-        sent = _ask(config, child, item.nodeid, spec.timeout_s)
-        result = child_result(child.spawned, child.end(0), _written(sent), timeout_s=spec.timeout_s)
+        sent = _ask(config, child, item.nodeid, timeout_s)
+        return sent, child_result(child.spawned, child.end(0), _written(sent), timeout_s=timeout_s)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
-    call = next((r for r in sent if r.when == "call"), None)
-    if call is not None:  # what the child measured: reported and saved here, like any other test's
-        for record in report_records(call):
-            publish_record(item, record)
-        adopt_entries(config, call, item.nodeid)
-    cma = next((getattr(r, CMA) for r in sent if isinstance(getattr(r, CMA, None), int)), None)
-    if cma is None:
-        cma = _known_cma(config)
-    violation = next((getattr(r, STRICT_VIOLATION) for r in sent if getattr(r, STRICT_VIOLATION, None)), None)
-    verdict = judge(
-        spec.expect,
-        result,
-        cma,
-        tegra_strict=state.tegra_strict,
-        strict_violation=str(violation) if violation is not None else None,
-        rule_exempt=_rule_exempt(item),
-    )
+
+
+def _give_verdict(item: pytest.Function, verdict: ChildVerdict, result: ChildResult) -> None:
+    """Skip or fail ``item`` as ``verdict`` says (the child's output in the report where it did not pass)."""
     if not verdict.passed:
         for name, text in (("stdout", result.stdout), ("stderr", result.stderr)):
             if text.strip():
@@ -279,13 +290,13 @@ def tell_parent(item: pytest.Item, call: pytest.CallInfo[None], report: pytest.T
     if state.target is None or item is not state.target:
         return
     violation = _found(call.excinfo, TegraStrictError)
-    if violation is not None:
-        setattr(report, STRICT_VIOLATION, str(violation))
     cuda = _found(call.excinfo, CudaError)
-    if isinstance(cuda, CudaError):
-        setattr(report, CUDA_ERROR, cuda.name)
-    if call.when == "setup":
-        setattr(report, CMA, _device_cma(item.config))
+    notes = ReportNotes(
+        strict_violation=str(violation) if violation is not None else None,
+        cuda_error=cuda.name if isinstance(cuda, CudaError) else None,
+        concurrent_managed_access=_device_cma(item.config) if call.when == "setup" else None,
+    )
+    add_notes(report, notes)
 
 
 # -- the parent side: run the test in a child, read what it sent ---------------------------------------------
@@ -301,8 +312,8 @@ def _ask(config: pytest.Config, child: Child, nodeid: str, timeout_s: float) -> 
 
     sent: list[dict[str, Any]] = []
     try:
-        child.answer(left())  # what it collected
-        sent, _ = child.run({"cmd": "run", "nodeid": nodeid}, left())
+        child.read_collected(left())
+        sent, _ = child.run(Run(nodeid), left())
     except ChildEnded as exc:
         sent = exc.reports
     except OSError:
@@ -318,5 +329,5 @@ def _written(reports: list[pytest.TestReport]) -> dict[str, Any] | None:
     if not said:
         return None
     outcome, message = body_outcome(reports)
-    cuda = next((getattr(r, CUDA_ERROR) for r in said if getattr(r, CUDA_ERROR, None)), None)
+    cuda = next((notes_of(r).cuda_error for r in said if notes_of(r).cuda_error), None)
     return {"outcome": outcome, "message": message, "cuda_error": cuda}

@@ -2,7 +2,7 @@
 ``--jetmem-against`` half (the base against the change), so that neither half imports the other: the calls a
 comparison cannot make (other clocks, zero-copy over PCIe), a verdict's effect on the record
 (:class:`~pytest_jetmem.measure.record.RecordBuilder`) and the test, and the records published on the test reports
-and read back from them.
+(in their notes, :class:`~pytest_jetmem.plugin.wire.ReportNotes`) and read back from them.
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import pytest
+
+from pytest_jetmem.plugin.wire import ReportNotes, add_notes, notes_of
 
 if TYPE_CHECKING:  # imported where used: loading the plugin imports neither the CUDA layer nor measure
     from pytest_jetmem.measure.compare import Comparison
@@ -132,19 +134,16 @@ def published_records(item: pytest.Item) -> list[MeasurementRecord] | None:
     return item.stash.get(_RECORDS, None)
 
 
-#: The attribute of a call report that carries its records, as JSON objects (:meth:`MeasurementRecord.to_json`):
-#: so they travel to an xdist controller and, serialised, from a relay or an ``--jetmem-against`` child.
-REPORT_ATTRIBUTE = "jetmem_rows"
-
-
 def attach_records(report: pytest.TestReport, records: Sequence[MeasurementRecord]) -> None:
-    """Put ``records`` on ``report`` (:data:`REPORT_ATTRIBUTE`)."""
-    setattr(report, REPORT_ATTRIBUTE, [r.to_json() for r in records])
+    """Put ``records`` on ``report``, in its notes (:func:`~pytest_jetmem.plugin.wire.add_notes`, as JSON objects:
+    :meth:`MeasurementRecord.to_json`), so they travel to an xdist controller and, serialised, from a relay or an
+    ``--jetmem-against`` child."""
+    add_notes(report, ReportNotes(records=tuple(r.to_json() for r in records)))
 
 
 def report_records(report: pytest.TestReport) -> list[MeasurementRecord]:
     """The records a call report carries (none on setup and teardown reports, nor without measurements)."""
-    found = getattr(report, REPORT_ATTRIBUTE, None) if report.when == "call" else None
+    found = notes_of(report).records if report.when == "call" else ()
     if not found:
         return []
     from pytest_jetmem.measure.record import MeasurementRecord

@@ -23,6 +23,7 @@ import pytest
 from pytest_jetmem.plugin import children
 from pytest_jetmem.plugin.children import Child, adopt_entries, child_argv, child_env, from_wire
 from pytest_jetmem.plugin.sessions import device_session, gate_session
+from pytest_jetmem.plugin.wire import Run
 
 #: GPU tests use one of these fixtures.
 GPU_FIXTURES = frozenset({"memmode", "jetmem", "jetmem_device"})
@@ -41,6 +42,11 @@ def pytest_configure(config: pytest.Config) -> None:
     parent = RelayParent(config)
     config.pluginmanager.register(parent, "jetmem-relay")
     config.add_cleanup(parent.cleanup)
+
+
+def _next_gpu_test(nextitem: pytest.Item | None) -> str | None:
+    """The node id of the test after this one where the relay runs it too (a GPU test); else None."""
+    return nextitem.nodeid if nextitem is not None and needs_gpu(nextitem) else None
 
 
 # -- the parent ---------------------------------------------------------------------------------------------------
@@ -71,7 +77,7 @@ class RelayParent:
         cwd = Path(self.config.invocation_params.dir)
         env = child_env(self.config)
         child = Child.start("fresh session", argv, cwd=cwd, env=env, workdir=self.work, stem=f"relay{self.started}")
-        child.collected = set(child.answer().get("collected", []))
+        child.read_collected()
         return child
 
     def run(self, item: pytest.Item, nextitem: pytest.Item | None) -> list[pytest.TestReport]:
@@ -82,16 +88,15 @@ class RelayParent:
                 self.child = self.start(item)
             if item.nodeid not in self.child.collected:
                 return [self._failed(item, f"the fresh session did not collect it (its output: {self.child.log})")]
-            follow = nextitem.nodeid if nextitem is not None and needs_gpu(nextitem) else None
-            sent, answer = self.child.run({"cmd": "run", "nodeid": item.nodeid, "next": follow})
+            sent, done = self.child.run(Run(item.nodeid, next=_next_gpu_test(nextitem)))
         except (RuntimeError, OSError, ValueError) as exc:
             self._drop()
             return [self._failed(item, str(exc))]
         reports = [from_wire(self.config, data) for data in sent]
         for report in reports:
             adopt_entries(self.config, report)  # saved here, with this session's entries
-        if answer.get("broken"):
-            self.broken_by.append(str(answer["broken"]))
+        if done is not None and done.broken:
+            self.broken_by.append(done.broken)
             self._drop()  # the next GPU test gets a fresh relay
         return reports or [self._failed(item, "the fresh session sent no report for it")]
 
@@ -110,10 +115,8 @@ class RelayParent:
     def _drop(self) -> None:
         child, self.child = self.child, None
         if child is not None:
-            last = child.close()
-            for err in (last or {}).get("errors", []):
-                if err not in self.errors:
-                    self.errors.append(str(err))
+            sent = child.close()
+            self.errors.extend(e for e in (sent.errors if sent else ()) if e not in self.errors)
 
     def finish(self) -> None:
         """End the relay; its session errors become this session's."""
