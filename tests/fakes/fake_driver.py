@@ -10,7 +10,9 @@ What it models, and checks the way the driver would:
   A device address *is* the address of its backing memory (one address space, as with UVA), but only
   addresses inside a live allocation are accepted by copies, memsets and emulated kernels. Fresh
   memory is filled with ``poison`` (the driver promises nothing about it); freed memory with 0xDD.
-  Backing storage is never released, so a stale host view reads garbage instead of crashing.
+  Backing storage is never unmapped, so a stale host view reads garbage instead of crashing; the whole pages of a
+  freed allocation of 1 MiB or more are given back to the system (``madvise(MADV_DONTNEED)``: they read as 0
+  from then on), so that a long test session does not hold every buffer it ever allocated.
 - ``live`` holds every allocation not yet freed with cuMemFree/cuMemFreeHost, keyed by address. The
   last primary-context *release* only invalidates them, so what a session forgot to free is still in
   ``live`` (and in :meth:`leaks`).
@@ -307,6 +309,25 @@ ACCESS_KINDS = ("device", "managed", "host", "registered", "pageable")
 #: moves them to the GPU (``Launch.migrated``), a prefetch to the CPU moves them back.
 MIGRATING_KINDS = ("managed", "pageable")
 FREED_FILL = 0xDD
+#: Freed allocations of this size or more give their whole pages back (they read as 0 instead of FREED_FILL).
+RETIRE_BYTES = 1 << 20
+_MADV_DONTNEED = 4
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def retire(storage: np.ndarray) -> None:
+    """Freed memory: filled with FREED_FILL where small; a large one's whole pages given back to the system,
+    their addresses kept (nothing else is placed there, and a stale view reads 0 rather than faulting)."""
+    if storage.nbytes < RETIRE_BYTES:
+        storage.fill(FREED_FILL)
+        return
+    start = storage.ctypes.data
+    first = -(-start // PAGE) * PAGE
+    last = (start + storage.nbytes) // PAGE * PAGE
+    storage[: first - start].fill(FREED_FILL)  # the partial pages at either end keep the fill
+    storage[last - start :].fill(FREED_FILL)
+    if last > first and _libc.madvise(ctypes.c_void_p(first), ctypes.c_size_t(last - first), _MADV_DONTNEED) != 0:
+        raise OSError(ctypes.get_errno(), "fake: madvise(MADV_DONTNEED) of freed memory failed")
 
 
 # -- records -------------------------------------------------------------------------------------------
@@ -720,7 +741,7 @@ class FakeDriver:
         if alloc is None or alloc.kind not in kinds or not alloc.valid:
             raise _fail(call, "CUDA_ERROR_INVALID_VALUE")
         del self.live[p]
-        alloc.storage.fill(FREED_FILL)
+        retire(alloc.storage)
         self.freed.append(alloc)
 
     def _free(self) -> int:
@@ -941,7 +962,7 @@ class FakeDriver:
         if alloc.registered is not None:
             self.freed_while_registered.append(alloc)
         del self.live[alloc.ptr]
-        alloc.storage.fill(FREED_FILL)
+        retire(alloc.storage)
         self.freed.append(alloc)
 
     def mem_free_host(self, host_ptr: int) -> None:
