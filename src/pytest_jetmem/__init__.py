@@ -39,6 +39,7 @@ if TYPE_CHECKING:
         RecordError,
         RecordVersionError,
         TegraStrictError,
+        WireError,
     )
     from pytest_jetmem.handle import Jetmem, open_handle
     from pytest_jetmem.measure.timing import Measurement
@@ -75,6 +76,7 @@ _EXPORTS: dict[str, tuple[str, str | None]] = {
             "DeviceChoiceError",
             "RecordError",
             "RecordVersionError",
+            "WireError",
         )
     },
 }
@@ -102,6 +104,7 @@ __all__ = [  # the same names as _EXPORTS, spelled out for type checkers and lin
     "RecordError",
     "RecordVersionError",
     "TegraStrictError",
+    "WireError",
     "__version__",
     "attach",
     "default_settings",
