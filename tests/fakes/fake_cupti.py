@@ -9,7 +9,8 @@ values, the unified-memory counter configuration array, ``activity_configure_uni
 What it models, as the real CUPTI does it (tests/gpu/test_counters_gpu.py checks the real thing):
 
 - records are made only while the kind ``UNIFIED_MEMORY_COUNTER`` is enabled, and reach the buffer-completed
-  callback only on a flush;
+  callback only on a flush; for a ``script``, a span runs from the counters going on, or from a flush while they
+  are on, to the next flush or their going off (``script(span number, launches in it)``);
 - nothing is reported until a managed allocation is made after the configuration (seen on an H100: CUPTI starts
   reporting at the first ``cuMemAllocManaged`` after ``cuptiActivityConfigureUnifiedMemoryCounter``);
 - with a :class:`~fakes.fake_driver.FakeDriver` (``driver=``), what the driver migrated: at a flush, each launch
@@ -136,6 +137,7 @@ class FakeCupti:
     _pending: list[Record] = field(default_factory=list)
     _span_start: int = 0  # the first launch not collected yet
     _span_first: int = 0  # the span's first launch
+    _reported_since_enable: bool = False  # whether a flush ended a scripted span since the counters went on
     _managed_at_config: int | None = None
 
     ActivityKind = ActivityKind
@@ -177,17 +179,28 @@ class FakeCupti:
         self._call("activity_enable")
         assert kind == ActivityKind.UNIFIED_MEMORY_COUNTER, kind
         self.enabled = True
+        self._reported_since_enable = False
+        self._begin_span()
+
+    def _begin_span(self) -> None:
         self.spans += 1
         self._span_start = self._span_first = self._launches()
 
     def activity_disable(self, kind: int) -> None:
         self._call("activity_disable")
-        self._collect(span_ends=True)
+        # the span a flush began ends here: reported where it saw launches, or where it is the only one
+        if self._launches() > self._span_first or not self._reported_since_enable:
+            self._collect(span_ends=True)
         self.enabled = False
 
     def activity_flush_all(self, flag: int) -> None:
         self._call("activity_flush_all")
-        self._collect()
+        if self.enabled and self.script is not None:  # a flush while counting ends a scripted span
+            self._collect(span_ends=True)
+            self._reported_since_enable = True
+            self._begin_span()
+        else:
+            self._collect()
         if self._pending and self.callbacks is not None:
             size, _ = self.callbacks[0]()
             assert size > 0

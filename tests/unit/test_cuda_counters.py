@@ -241,6 +241,44 @@ def test_the_work_s_own_error_propagates_with_the_counters_off(fake: FakeDriver)
     assert collector.count(lambda: 1)[1] is not None
 
 
+@pytest.mark.usefixtures("session")  # the device open: the managed allocation needs a context
+def test_count_each_switches_the_counters_on_once_and_flushes_each_span(fake: FakeDriver) -> None:
+    """Each work's span ends with a forced flush, its records its own; the counters go on and off once."""
+    per_span = {2: [Record(int(Kind.GPU_PAGE_FAULT), 3)], 3: [Record(int(Kind.GPU_PAGE_FAULT), 5)]}
+    cupti = FakeCupti(driver=fake, script=lambda span, launches: per_span.get(span, []))
+    collector = CounterCollector(fake, loader=loader_of(cupti))
+    assert collector.begin("managed")
+    opened = len(cupti.events)
+    got = collector.count_each([lambda: "cold", lambda: "steady"])
+    assert [(r, t.gpu_page_faults if t else None) for r, t in got] == [("cold", 3), ("steady", 5)]
+    assert [e for e, _ in cupti.events[opened:]] == [
+        "activity_enable",
+        "activity_flush_all",
+        "activity_flush_all",
+        "activity_disable",
+    ]
+
+
+@pytest.mark.usefixtures("session")  # the device open: the managed allocation needs a context
+def test_count_each_stops_at_a_failed_flush_and_at_the_work_s_own_error(fake: FakeDriver) -> None:
+    cupti = FakeCupti(driver=fake)
+    collector = CounterCollector(fake, loader=loader_of(cupti))
+    assert collector.begin("managed")
+
+    def broken() -> None:
+        raise ValueError("the user's bug")
+
+    with pytest.raises(ValueError, match="the user's bug"):
+        collector.count_each([lambda: None, broken])
+    assert not cupti.enabled and collector.reason is None  # off again; CUPTI itself is fine
+    cupti.refuse["activity_flush_all"] = "ERROR_UNKNOWN"
+    ran: list[int] = []
+    got = collector.count_each([lambda: ran.append(1), lambda: ran.append(2)])
+    assert ran == [1, 2] and [t for _, t in got] == [None, None]  # every work runs; nothing more is counted
+    assert not cupti.enabled
+    assert collector.reason == "CUPTI failed collecting the counters: CUPTI_ERROR_UNKNOWN"
+
+
 # -- measure(): every timed call uncounted, then a cold replay and the steady state, each counted on its own -------
 PER_CALL = 2  # kernel launches per call in kernel scope: the stream blocker's and the fill
 
@@ -312,12 +350,10 @@ def test_measure_times_every_call_uncounted_then_counts_a_cold_call_with_the_pag
     m, timeline, timed = measured(fake, session, cupti, "managed")
     # counting off while the first call, the warm-up and the samples ran: both spans come after them
     cold_end = timed + PER_CALL
-    assert cupti_spans(cupti) == [
-        ("activity_enable", timed),
-        ("activity_disable", cold_end),
-        ("activity_enable", cold_end),
-        ("activity_disable", cold_end + STEADY_CALLS * PER_CALL),
-    ]
+    # one switch on for both spans, each ended by a forced flush: the cold call's, then the steady calls'
+    assert cupti_spans(cupti) == [("activity_enable", timed), ("activity_disable", cold_end + STEADY_CALLS * PER_CALL)]
+    flushes = [n for e, n in cupti.events if e == "activity_flush_all" and n >= timed]
+    assert flushes == [cold_end, cold_end + STEADY_CALLS * PER_CALL]
     assert len(fake.launches) == cold_end + STEADY_CALLS * PER_CALL  # nothing after the steady span
     # between them: the buffer prefetched to the host and waited for
     (x,) = [a for a in fake.allocations("managed") if a.nbytes == 4 * N]

@@ -277,28 +277,51 @@ class CounterCollector:
         None for the totals where CUPTI is not available or failed in this span (:attr:`reason` then says why,
         and no later span is counted). ``work``'s own exceptions propagate, with the counters off again.
         """
+        ((result, totals),) = self.count_each([work])
+        return result, totals
+
+    def count_each(self, works: Sequence[Callable[[], T]]) -> list[tuple[T, SpanTotals | None]]:
+        """Each of ``works`` (each waits for its GPU work) in a span of its own, the counters switched on once for
+        all of them: each one's result and totals, as :meth:`count` gives them.
+
+        A span ends with a forced flush, which hands CUPTI's records of the span to the collector, and the next
+        begins; the counters go off after the last (one switch on and off, one flush a span: each costs tens of
+        milliseconds on an H100).
+        """
         cupti = self._open()
         if cupti is None:
-            return work(), None
+            return [(work(), None) for work in works]
         m = cupti.module
-        cupti.take()  # nothing from before the span: the last span ended flushed, with the kind disabled
+        cupti.take()  # nothing from before the spans: the last ones ended flushed, with the kind disabled
         try:
             m.activity_enable(cupti.kind)
         except Exception as exc:
             self._fail(m, exc, "enabling the counters")
-            return work(), None
+            return [(work(), None) for work in works]
+        out: list[tuple[T, SpanTotals | None]] = []
         try:
-            result = work()
+            for work in works:
+                result = work()
+                out.append((result, self._span_end(cupti)))
         finally:
-            try:
-                m.activity_flush_all(1)
-                m.activity_disable(cupti.kind)
-                m.activity_flush_all(1)
-            except Exception as exc:
-                self._fail(m, exc, "collecting the counters")
+            if self._cupti is not None:
+                try:
+                    m.activity_disable(cupti.kind)
+                except Exception as exc:
+                    self._fail(m, exc, "switching the counters off")
+        return out
+
+    def _span_end(self, cupti: _Cupti) -> SpanTotals | None:
+        """The totals of the span that just ended (a forced flush hands its records over); None where CUPTI failed
+        in it or before."""
         if self._cupti is None:
-            return result, None
-        return result, cupti.totals(cupti.take())
+            return None
+        try:
+            cupti.module.activity_flush_all(1)
+        except Exception as exc:
+            self._fail(cupti.module, exc, "collecting the counters")
+            return None
+        return cupti.totals(cupti.take())
 
     def _fail(self, module: CuptiModule, exc: Exception, doing: str) -> None:
         """A span failed: counting stops for the session, with the reason; the kind is left disabled."""

@@ -306,7 +306,8 @@ def _collector(ws: Workspace) -> CounterCollector | None:
 
 
 def _cold_replay(ws: Workspace, collector: CounterCollector, sampler: Sampler) -> UnifiedMemoryCounters | None:
-    """The counters of a cold call and of :data:`STEADY_CALLS` calls, taken after the samples, each span on its own.
+    """The counters of a cold call and of :data:`STEADY_CALLS` calls, taken after the samples, each span on its own
+    (the counters switched on once for both: :meth:`CounterCollector.count_each`).
 
     The cold call stands in for the first call, which ran uncounted: every live buffer of ``ws`` whose pages migrate
     (``MemoryMode.migrates_pages``) is put back on the host first (:meth:`Workspace.pages_to_host`), as before the
@@ -314,10 +315,11 @@ def _cold_replay(ws: Workspace, collector: CounterCollector, sampler: Sampler) -
     None where the cold call's span was not counted.
     """
     ws.pages_to_host([b for b in ws.live_buffers() if b.memory_mode.migrates_pages])
-    _, cold = collector.count(sampler.sample)
+    (_, cold), (_, steady) = collector.count_each(
+        [sampler.sample, lambda: [sampler.sample() for _ in range(STEADY_CALLS)]]
+    )
     if cold is None:
         return None
-    _, steady = collector.count(lambda: [sampler.sample() for _ in range(STEADY_CALLS)])
     return UnifiedMemoryCounters(
         first_call=CounterSample.of(cold, calls=1),
         steady=CounterSample.of(steady, calls=STEADY_CALLS) if steady is not None else None,
