@@ -41,6 +41,35 @@ with contextlib.suppress(ImportError):
     importlib.import_module("hypothesis.internal.observability")
 
 
+def _gpu_device_nodes() -> bool:
+    """Whether this machine shows an NVIDIA GPU's device nodes (a discrete GPU's, or a Jetson's integrated one)."""
+    dev = Path("/dev")
+    return any(dev.glob("nvidia[0-9]*")) or (dev / "nvhost-ctrl-gpu").exists() or (dev / "nvgpu").exists()
+
+
+def _only_the_suite(config: pytest.Config) -> bool:
+    """Whether the run collects from ``tests/`` alone (not the demo run from a checkout, which loads this file)."""
+    tests = Path(TESTS_DIR)
+    paths = [Path(config.invocation_params.dir, str(a).split("::")[0]).resolve() for a in config.args]
+    return bool(paths) and all(p == tests or tests in p.parents for p in paths)
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own, which turns "auto" into workers
+def pytest_cmdline_main(config: pytest.Config) -> None:
+    """The project's suite on a machine without a GPU runs on every core (pytest-xdist's ``-n auto``, where it is
+    installed and no ``-n`` was given): most of its time is child pytest sessions waiting on their start. With a
+    GPU it stays in one process, so that GPU tests never share the device. ``-n 0`` keeps one process."""
+    if (
+        config.pluginmanager.hasplugin("xdist")
+        and not hasattr(config, "workerinput")  # a worker is told -n None: it never distributes
+        and config.getoption("numprocesses", None) is None
+        and not config.getoption("usepdb", False)
+        and _only_the_suite(config)
+        and not _gpu_device_nodes()
+    ):
+        config.option.numprocesses = "auto"
+
+
 @pytest.fixture
 def pytester(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
     """``pytester`` whose in-process runs start from the warning filters a user's pytest starts from.

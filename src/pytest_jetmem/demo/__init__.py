@@ -33,7 +33,7 @@ from pathlib import Path
 import pytest
 
 HERE = Path(__file__).resolve().parent
-MAX_TIME_S = 0.25  # sampling cap per measurement: the whole demo stays within about a minute on a GPU
+MAX_TIME_S = 0.2  # sampling cap per measurement: the demo takes about 10 s of pytest time on an H100
 
 __all__ = ["HERE", "MAX_TIME_S", "main", "pytest_args"]
 

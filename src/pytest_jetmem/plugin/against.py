@@ -24,7 +24,6 @@ import io
 import os
 import shutil
 import subprocess
-import tarfile
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -145,6 +144,8 @@ def prepare_base(config: pytest.Config, ref: str) -> BaseTree:
             "give a revision (a branch, a tag, HEAD~1, a commit) or the path of a prepared checkout"
         ) from None
     tmp = Path(tempfile.mkdtemp(prefix="jetmem-against-"))
+    import tarfile  # only where a base tree is unpacked: not at start-up
+
     with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
         tar.extractall(tmp, filter="data")
     tree = tmp / root.resolve().relative_to(top.resolve())
