@@ -29,7 +29,9 @@ def test_a_run_with_benchmarks_that_saves_nothing_leaves_no_folder(pytester: pyt
     assert not (pytester.path / ".benchmarks").exists(), files_under(pytester.path)
 
 
-def test_saved_benchmarks_stay(pytester: pytest.Pytester) -> None:
+def test_saved_benchmarks_stay(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    # under pytest-xdist, this process is a worker: pytest-benchmark would take the inner run for one, and not time
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
     pytester.makepyfile(test_timed=BENCHMARKED)
     result = pytester.runpytest("-p", "no:cacheprovider", "--benchmark-autosave", "--benchmark-min-rounds=1")
     result.assert_outcomes(passed=1)
