@@ -173,3 +173,9 @@ def test_a_pair_summary_comes_back_from_an_xdist_worker_as_it_was_sent() -> None
     assert PairSummary.from_json(json.loads(json.dumps(summary.to_json()))) == summary
     with pytest.raises(WireError, match=r"the field 'judged' is '3'; an integer expected"):
         PairSummary.from_json({"label": "x", "judged": "3"})
+
+
+def test_the_judging_half_reads_the_notes_under_the_wire_s_attribute() -> None:
+    from pytest_jetmem.plugin import judging, wire
+
+    assert judging.NOTES_ATTRIBUTE == wire.NOTES_ATTRIBUTE

@@ -52,12 +52,14 @@ from pytest_jetmem.plugin.judging import (
 )
 from pytest_jetmem.plugin.runtime_spec import item_spec
 from pytest_jetmem.plugin.sessions import device_session, gate_session
-from pytest_jetmem.plugin.wire import AGAINST_OUTPUT, Done, PairSummary, Run, notes_of
 
 if TYPE_CHECKING:  # imported where used: a run without --jetmem-against loads no handle, measure or numpy
     from pytest_jetmem.measure.duet import Duet
     from pytest_jetmem.measure.record import MeasurementRecord, NotCompared, RecordBuilder
     from pytest_jetmem.plugin.sessions import GateSession
+
+if TYPE_CHECKING:  # the wire is imported where a child is spoken to: not at start-up
+    from pytest_jetmem.plugin.wire import Done, PairSummary, Run
 
 SIDE_ENV = "PYTEST_JETMEM_AGAINST_SIDE"  # "0" (base) or "1" (change): this process is a child
 CHANNEL_ENV = "PYTEST_JETMEM_AGAINST_CHANNEL"
@@ -194,6 +196,7 @@ class AgainstParent:
     def run(self, item: pytest.Function) -> tuple[SideResult, SideResult | None]:
         """Run ``item`` on both sides at once (the base only where it has it); (change's, base's) results."""
         from pytest_jetmem.measure.duet import BASE, CHANGE
+        from pytest_jetmem.plugin.wire import Run
 
         if not self.children:
             self.start(item.session.items)
@@ -212,6 +215,8 @@ class AgainstParent:
 
     def result(self, sent: list[dict[str, Any]], done: Done | None) -> SideResult:
         """What :func:`judge` reads of a side's answer (``done``: None where its session ended before the test did)."""
+        from pytest_jetmem.plugin.wire import notes_of
+
         if done is not None and done.missing:
             return SideResult("missing")
         reports = [from_wire(self.config, data) for data in sent]
@@ -221,6 +226,8 @@ class AgainstParent:
 
     def summary(self) -> PairSummary:
         """What the terminal summary says of this pair (it travels from an xdist worker, as JSON)."""
+        from pytest_jetmem.plugin.wire import PairSummary
+
         only = tuple(self.only_in_change), tuple(self.only_in_base())
         return PairSummary(self.base.label, self.judged, *only, no_gpu=self.no_gpu)
 
@@ -439,11 +446,15 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     parent = session.config.stash.get(_PARENT, None)
     workeroutput = getattr(session.config, "workeroutput", None)
     if parent is not None and (parent.children or parent.no_gpu) and workeroutput is not None:
+        from pytest_jetmem.plugin.wire import AGAINST_OUTPUT
+
         workeroutput[AGAINST_OUTPUT] = parent.summary().to_json()
 
 
 @pytest.hookimpl(optionalhook=True)  # an xdist hook: the controller collects the workers' summaries
 def pytest_testnodedown(node: Any, error: Any) -> None:
+    from pytest_jetmem.plugin.wire import AGAINST_OUTPUT, PairSummary
+
     parent = node.config.stash.get(_PARENT, None)
     summary = getattr(node, "workeroutput", {}).get(AGAINST_OUTPUT)
     if parent is not None and summary:

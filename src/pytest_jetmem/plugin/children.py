@@ -39,30 +39,22 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_jetmem.correctness.isolation import Spawned
 from pytest_jetmem.plugin import options
 from pytest_jetmem.plugin.sessions import device_session, gate_session
-from pytest_jetmem.plugin.wire import (
-    Answer,
-    Collected,
-    Command,
-    Done,
-    Quit,
-    ReportNotes,
-    ReportSent,
-    Run,
-    SessionErrors,
-    WireError,
-    add_notes,
-    decode_answer,
-    decode_command,
-    encode,
-    notes_of,
-)
+
+if TYPE_CHECKING:  # the wire and the spawn are imported where a child is started or spoken to: not at start-up
+    from pytest_jetmem.correctness.isolation import Spawned
+    from pytest_jetmem.plugin.wire import (
+        Answer,
+        Command,
+        Done,
+        Run,
+        SessionErrors,
+    )
 
 __all__ = [
     "CHANNEL_ENV",
@@ -342,6 +334,8 @@ def adopt_entries(config: pytest.Config, report: pytest.TestReport, nodeid: str 
 
     ``nodeid``: the test's id in this session, where the child's may differ.
     """
+    from pytest_jetmem.plugin.wire import notes_of
+
     gate = gate_session(config)
     entries = notes_of(report).entries
     if gate is None or not entries:
@@ -406,6 +400,8 @@ class Child:
     ) -> Child:
         """Start ``argv`` with the two pipes of a driven child, its stdout and stderr in ``workdir`` (``<stem>.out``,
         ``<stem>.err``; the stem defaults to ``name``)."""
+        from pytest_jetmem.correctness.isolation import Spawned
+
         stem = stem or name.replace(" ", "-")
         env = _name_worker(env, stem)
         stem = str(workdir / stem)
@@ -435,6 +431,8 @@ class Child:
         return "\n".join(f"--- {n} ---\n{t}" for n, t in parts if t) or "(no output)"
 
     def send(self, command: Command) -> None:
+        from pytest_jetmem.plugin.wire import encode
+
         self.commands.write(encode(command))
         self.commands.flush()
 
@@ -471,6 +469,8 @@ class Child:
     def _decode(self, line: str) -> Answer:
         """The answer on ``line`` (:class:`WireError`, naming this child, where it is none); its session errors are
         kept (:attr:`errors`)."""
+        from pytest_jetmem.plugin.wire import SessionErrors, WireError, decode_answer
+
         try:
             answer = decode_answer(line)
         except WireError as exc:
@@ -496,6 +496,8 @@ class Child:
 
     def read_collected(self, timeout_s: float | None = None) -> set[str]:
         """Its first answer: the node ids it collected (kept in :attr:`collected`)."""
+        from pytest_jetmem.plugin.wire import Collected, WireError
+
         answer = self.answer(timeout_s)
         if not isinstance(answer, Collected):
             raise WireError(f"the {self.name} answered {answer.TYPE!r} where the tests it collected were expected")
@@ -512,6 +514,8 @@ class Child:
         its :class:`~.wire.Done` (None where its session ended first: it sent its errors instead).
         :class:`ChildEnded`, holding the reports sent so far, where it ended or ``timeout_s`` (for the whole
         answer) passed first."""
+        from pytest_jetmem.plugin.wire import Collected, Done, ReportSent, WireError
+
         reports: list[dict[str, Any]] = []
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while True:
@@ -535,6 +539,8 @@ class Child:
 
     def quit(self) -> None:
         """Ask it to quit (it ends its session) without waiting; closing the command pipe says so too."""
+        from pytest_jetmem.plugin.wire import Quit
+
         with contextlib.suppress(OSError, ValueError):
             self.send(Quit())
         with contextlib.suppress(OSError):
@@ -568,6 +574,8 @@ class Channel:
 
     def __iter__(self) -> Iterator[Run]:
         """The parent's :class:`~.wire.Run` commands, until it closes its end or says :class:`~.wire.Quit`."""
+        from pytest_jetmem.plugin.wire import Quit, decode_command
+
         for line in self.commands:
             command = decode_command(line)
             if isinstance(command, Quit):
@@ -575,14 +583,16 @@ class Channel:
             yield command
 
     def reply(self, message: Answer) -> None:
+        from pytest_jetmem.plugin.wire import encode
+
         self.answers.write(encode(message))
         self.answers.flush()
 
 
 #: Called before a driven child runs a test: (item, the parent's command).
-Before = Callable[[pytest.Item, Run], None]
+Before = Callable[[pytest.Item, "Run"], None]
 #: Called after it ran (or failed to): (item, the parent's command).
-After = Callable[[pytest.Item, Run], None]
+After = Callable[[pytest.Item, "Run"], None]
 
 
 class DrivenChild:
@@ -603,6 +613,8 @@ class DrivenChild:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtestloop(self, session: pytest.Session) -> bool:
+        from pytest_jetmem.plugin.wire import Collected
+
         items = {item.nodeid: item for item in session.items}
         self.channel.reply(Collected(tuple(items)))
         for command in self.channel:
@@ -611,6 +623,8 @@ class DrivenChild:
 
     def run(self, command: Run, items: dict[str, pytest.Item]) -> Done:
         """Run the test ``command`` names (of ``items``, by node id); what the child answers when it has run."""
+        from pytest_jetmem.plugin.wire import Done
+
         item = items.get(command.nodeid)
         if item is None and len(items) == 1:
             item = next(iter(items.values()))  # the one test asked for, its id computed from another rootdir
@@ -631,6 +645,8 @@ class DrivenChild:
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[Any]:
+        from pytest_jetmem.plugin.wire import ReportNotes, add_notes
+
         report = yield
         gate = gate_session(self.config)
         if call.when == "call" and gate is not None:
@@ -641,11 +657,15 @@ class DrivenChild:
     @pytest.hookimpl(trylast=True)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         """Each report goes to the parent at once: one the child sent before it crashed still tells it something."""
+        from pytest_jetmem.plugin.wire import ReportSent
+
         if self.running:
             self.channel.reply(ReportSent(to_wire(self.config, report)))
 
     def pytest_unconfigure(self) -> None:
         """The session's errors go to the parent last, once every half's end of session has added its own."""
+        from pytest_jetmem.plugin.wire import SessionErrors
+
         gate = gate_session(self.config)
         with contextlib.suppress(OSError, ValueError):
             self.channel.reply(SessionErrors(tuple(gate.errors) if gate is not None else ()))

@@ -36,7 +36,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -64,7 +64,9 @@ from pytest_jetmem.plugin.children import (
 )
 from pytest_jetmem.plugin.judging import publish_record, report_records
 from pytest_jetmem.plugin.sessions import device_session
-from pytest_jetmem.plugin.wire import ReportNotes, Run, add_notes, notes_of
+
+if TYPE_CHECKING:  # the wire is imported where a child is spoken to: not at start-up
+    pass
 
 MARKER = markers.CONCURRENCY
 
@@ -197,6 +199,8 @@ def _rule_exempt(item: pytest.Item) -> str | None:
 
 def _run_in_child(item: pytest.Function, spec: ConcurrencySpec, state: ConcurrencySession) -> None:
     """Run ``item`` in a fresh child; adopt what it measured; pass, skip or fail it by how the child ended."""
+    from pytest_jetmem.plugin.wire import notes_of
+
     sent, result = _spawn_and_ask(item, spec.timeout_s)
     _adopt_measurements(item, sent)
     notes = [notes_of(r) for r in sent]
@@ -289,6 +293,8 @@ def tell_parent(item: pytest.Item, call: pytest.CallInfo[None], report: pytest.T
     state = concurrency_session(item.config)
     if state.target is None or item is not state.target:
         return
+    from pytest_jetmem.plugin.wire import ReportNotes, add_notes
+
     violation = _found(call.excinfo, TegraStrictError)
     cuda = _found(call.excinfo, CudaError)
     notes = ReportNotes(
@@ -305,6 +311,8 @@ def tell_parent(item: pytest.Item, call: pytest.CallInfo[None], report: pytest.T
 def _ask(config: pytest.Config, child: Child, nodeid: str, timeout_s: float) -> list[pytest.TestReport]:
     """Run ``nodeid`` in ``child`` within ``timeout_s`` (all of it: start, collection, the test, the end); the
     reports it sent. At the deadline its process group is killed: how it ended says the rest."""
+    from pytest_jetmem.plugin.wire import Run
+
     deadline = time.monotonic() + timeout_s
 
     def left() -> float:
@@ -325,6 +333,8 @@ def _ask(config: pytest.Config, child: Child, nodeid: str, timeout_s: float) -> 
 def _written(reports: list[pytest.TestReport]) -> dict[str, Any] | None:
     """What the child's reports say of the test, for :func:`~pytest_jetmem.correctness.isolation.classify`; None
     where they say nothing yet (setup passed, no report of the body)."""
+    from pytest_jetmem.plugin.wire import notes_of
+
     said = [r for r in reports if r.when == "call" or phase_outcome(r)[0] != "passed"]
     if not said:
         return None

@@ -14,12 +14,13 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from pytest_jetmem.plugin.wire import ReportNotes, add_notes, notes_of
-
 if TYPE_CHECKING:  # imported where used: loading the plugin imports neither the CUDA layer nor measure
     from pytest_jetmem.measure.compare import Comparison
     from pytest_jetmem.measure.record import Clocks, MeasurementRecord, RecordBuilder
     from pytest_jetmem.plugin.sessions import GateSession
+
+if TYPE_CHECKING:  # the wire is imported where a child is spoken to: not at start-up
+    pass
 
 #: Clocks further apart than this (relative) make a comparison's call ambiguous.
 CLOCK_TOLERANCE = 0.03
@@ -138,12 +139,23 @@ def attach_records(report: pytest.TestReport, records: Sequence[MeasurementRecor
     """Put ``records`` on ``report``, in its notes (:func:`~pytest_jetmem.plugin.wire.add_notes`, as JSON objects:
     :meth:`MeasurementRecord.to_json`), so they travel to an xdist controller and, serialised, from a relay or an
     ``--jetmem-against`` child."""
+    from pytest_jetmem.plugin.wire import ReportNotes, add_notes
+
     add_notes(report, ReportNotes(records=tuple(r.to_json() for r in records)))
+
+
+#: The report attribute of the notes (:data:`pytest_jetmem.plugin.wire.NOTES_ATTRIBUTE`, which a test checks it is):
+#: a report without it is passed over without loading the wire.
+NOTES_ATTRIBUTE = "jetmem"
 
 
 def report_records(report: pytest.TestReport) -> list[MeasurementRecord]:
     """The records a call report carries (none on setup and teardown reports, nor without measurements)."""
-    found = notes_of(report).records if report.when == "call" else ()
+    if report.when != "call" or getattr(report, NOTES_ATTRIBUTE, None) is None:
+        return []
+    from pytest_jetmem.plugin.wire import notes_of
+
+    found = notes_of(report).records
     if not found:
         return []
     from pytest_jetmem.measure.record import MeasurementRecord

@@ -23,7 +23,6 @@ import pytest
 from pytest_jetmem.plugin import children
 from pytest_jetmem.plugin.children import Child, adopt_entries, child_argv, child_env, from_wire
 from pytest_jetmem.plugin.sessions import device_session, gate_session
-from pytest_jetmem.plugin.wire import Run
 
 #: GPU tests use one of these fixtures.
 GPU_FIXTURES = frozenset({"memmode", "jetmem", "jetmem_device"})
@@ -82,6 +81,8 @@ class RelayParent:
 
     def run(self, item: pytest.Item, nextitem: pytest.Item | None) -> list[pytest.TestReport]:
         """Run ``item`` in the relay (started or replaced as needed); its reports, deserialised."""
+        from pytest_jetmem.plugin.wire import Run
+
         self.relayed.append(item.nodeid)
         try:
             if self.child is None:
