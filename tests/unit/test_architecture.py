@@ -130,6 +130,9 @@ NOT_AT_START_UP = (
     "pytest_jetmem.report",
     "pytest_jetmem.handle",
 )
+#: What start-up may load of those: the defaults the options say in their help (measure/defaults.py imports
+#: nothing, and the measure package loads its modules on first use).
+LIGHT_AT_START_UP = ("pytest_jetmem.measure", "pytest_jetmem.measure.defaults")
 
 
 def test_a_run_without_jetmem_tests_imports_no_cuda_layer_numpy_measure_report_or_handle(tmp_path: Path) -> None:
@@ -140,7 +143,9 @@ def test_a_run_without_jetmem_tests_imports_no_cuda_layer_numpy_measure_report_o
         "import json, sys, pytest\n"
         "rc = pytest.main(['-p', 'no:cacheprovider', '-W', 'error', 'test_plain.py'])\n"
         f"watched = {NOT_AT_START_UP!r}\n"
-        "loaded = sorted(m for m in sys.modules if any(m == w or m.startswith(w + '.') for w in watched))\n"
+        f"light = {LIGHT_AT_START_UP!r}\n"
+        "loaded = sorted(m for m in sys.modules if any(m == w or m.startswith(w + '.') for w in watched)"
+        " and m not in light)\n"
         "print(json.dumps([int(rc), 'pytest_jetmem.plugin.memmode' in sys.modules, loaded]))\n"
     )
     env = {k: v for k, v in os.environ.items() if k not in ("PYTEST_ADDOPTS", "PYTEST_PLUGINS")}
@@ -154,12 +159,17 @@ def test_a_run_without_jetmem_tests_imports_no_cuda_layer_numpy_measure_report_o
     assert loaded == [], run.stdout
 
 
-def test_the_plugins_stand_ins_for_the_measurement_and_mode_layers_agree_with_them() -> None:
-    """Constants the plugin writes out so that loading it imports no ``measure``; the modes it asks the registry."""
+def test_the_plugin_reads_the_defaults_and_modes_from_their_one_home() -> None:
+    """The defaults come from measure/defaults.py (which loads without numpy), the modes from the registry."""
+    import subprocess
+    import sys
+
     from pytest_jetmem.cuda import modes
-    from pytest_jetmem.measure.baseline import WINDOW_SESSIONS
+    from pytest_jetmem.measure import defaults
     from pytest_jetmem.plugin import markers, options
 
     assert markers.mode_names() == modes.names()  # the registry itself (cheap to import), never a copy
     assert markers.mode_names(default_only=True) == modes.default_names()
-    assert options.WINDOW_SESSIONS == WINDOW_SESSIONS
+    assert options.WINDOW_SESSIONS is defaults.WINDOW_SESSIONS and options.DEFAULT_FAIL_PCT is defaults.DEFAULT_FAIL_PCT
+    light = "import sys, pytest_jetmem.plugin.options; print('numpy' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", light], capture_output=True, text=True, check=True).stdout == "False\n"

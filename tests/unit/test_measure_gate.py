@@ -93,8 +93,8 @@ def test_an_undecided_verdict(judged: bool, reference_only: bool, compared: bool
 
 
 # -- defaults ----------------------------------------------------------------------------------------------------
-def test_the_plugins_stand_ins_for_the_defaults_agree_with_them() -> None:
-    """The options write the defaults out (loading the plugin imports no ``measure``); they must say the same."""
+def test_the_options_say_the_defaults_of_measure_defaults() -> None:
+    """The options' defaults and help are measure/defaults.py's, the baselines' window too."""
     from pytest_jetmem.measure import baseline
     from pytest_jetmem.plugin import options
 

@@ -21,12 +21,13 @@ from typing import Any
 
 import pytest
 
+from pytest_jetmem.measure.defaults import DEFAULT_FAIL_PCT, WINDOW_SESSIONS
+
 GROUP = "jetmem"
 GROUP_DESCRIPTION = "memory-mode testing of CUDA code (pytest-jetmem)"
 AMBIGUOUS_POLICIES = ("pass", "warn", "fail")
 ADVICE_CHOICES = ("on", "off")
 COUNTERS_POLICIES = ("auto", "off")
-WINDOW_SESSIONS = 10  # measure.baseline.WINDOW_SESSIONS (a test checks they agree), not imported for a help text
 
 
 @dataclass(frozen=True)
@@ -101,11 +102,11 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         "fail",
-        "regression threshold in percent of the baseline median (default 5)",
+        f"regression threshold in percent of the baseline median (default {DEFAULT_FAIL_PCT:g})",
         type=float,
         metavar="PCT",
         ini_help="regression threshold in percent",
-        ini_default="5",
+        ini_default=f"{DEFAULT_FAIL_PCT:g}",
     ),
     Setting(
         "baseline_dir",
