@@ -7,7 +7,7 @@ import re
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from pytest_jetmem.measure.compare import Comparison, Verdict, compare, compare_paired, compare_runs, compare_sessions
@@ -425,6 +425,7 @@ def test_paired_comparisons_of_any_durations_give_a_verdict(
     st.sampled_from([0.0, 5.0]),
     st.integers(min_value=1, max_value=4),
 )
+@example(sessions=[[[0.0, 4.345847379902e-311]]], current=[[0.1]], t=0.0, min_sessions=1)  # a subnormal median
 def test_session_comparisons_of_any_durations_give_a_verdict(
     sessions: list[list[list[float]]], current: list[list[float]], t: float, min_sessions: int
 ) -> None:

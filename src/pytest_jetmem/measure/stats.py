@@ -194,8 +194,8 @@ def ratio_ci(
     rng = np.random.default_rng(seed)
     boot_b = _boot_medians(b, n_boot, rng)
     boot_c = _boot_medians(c, n_boot, rng)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ratios = boot_c / boot_b  # a zero baseline resample median gives inf (or nan for 0/0)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        ratios = boot_c / boot_b  # a zero (or subnormal) baseline resample median gives inf (or nan for 0/0)
     ratios = np.sort(np.where(np.isnan(ratios), np.inf, ratios))
     tail = (1.0 - confidence) / 2.0
     lo_i = min(n_boot - 1, max(0, math.floor(tail * n_boot)))
