@@ -375,3 +375,12 @@ def test_records_travel_on_a_serialised_report(pytestconfig: pytest.Config) -> N
     setup = pytest.TestReport(NODEID, ("t.py", 1, "test_conv"), {}, "passed", None, "setup")
     attach_records(setup, records)
     assert report_records(setup) == []  # only the call report's records are the test's
+
+
+@pytest.mark.parametrize(
+    ("change", "text"),
+    [(3.24, "+3.2% ambiguous"), (float("inf"), "ambiguous"), (float("nan"), "ambiguous")],
+)
+def test_a_baseline_cell_without_a_finite_change_says_the_verdict_alone(change: float, text: str) -> None:
+    """The terminal table and the report show the same cell; a 0 ms baseline gives no "+inf%" or "+nan%"."""
+    assert BaselineComparison(Verdict.AMBIGUOUS, change, (0.9, 1.1), "rounds").text == text

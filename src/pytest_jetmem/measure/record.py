@@ -223,6 +223,14 @@ class BaselineComparison:
     def of(cls, cmp: Comparison) -> BaselineComparison:
         return cls(cmp.verdict, float(cmp.change_pct), (float(cmp.ci_low), float(cmp.ci_high)), cmp.unit, cmp.reason)
 
+    @property
+    def text(self) -> str:
+        """The change and the verdict as a table cell shows them (``+3.2% regression``); the verdict alone where the
+        change has no finite figure (a 0 ms baseline, no samples on a side)."""
+        if not math.isfinite(self.change_pct):
+            return self.verdict.value
+        return f"{self.change_pct:+.1f}% {self.verdict.value}"
+
 
 @dataclass(frozen=True)
 class NotCompared:

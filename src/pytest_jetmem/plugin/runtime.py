@@ -622,10 +622,6 @@ def _cells(r: MeasurementRecord, *, counted: bool) -> tuple[str, ...]:
 
 def _baseline_cell(cmp: BaselineComparison | NotCompared | None) -> str:
     """The "vs baseline" cell: the change and its verdict, or why nothing was compared."""
-    from pytest_jetmem.measure.record import BaselineComparison
-
-    if isinstance(cmp, BaselineComparison):
-        return f"{cmp.change_pct:+.1f}% {cmp.verdict.value}"
     return cmp.text if cmp is not None else ""
 
 

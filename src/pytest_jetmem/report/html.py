@@ -71,9 +71,7 @@ def _ratio_cell(row: MeasurementRecord, group: Group) -> tuple[str, float | None
 def _baseline_cell(row: MeasurementRecord) -> tuple[str, float | None]:
     cmp = row.judgement.baseline
     if isinstance(cmp, BaselineComparison):
-        if finite(cmp.change_pct):
-            return f"{cmp.change_pct:+.1f}% {cmp.verdict.value}".strip(), cmp.change_pct
-        return cmp.verdict.value, None
+        return cmp.text, cmp.change_pct if finite(cmp.change_pct) else None
     return (cmp.text if cmp is not None else ""), None
 
 
