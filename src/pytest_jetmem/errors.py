@@ -114,9 +114,10 @@ class BaselineError(JetmemError):
 
     def __init__(self, path: str | os.PathLike[str], reason: str, kind: BaselineErrorKind | None = None) -> None:
         self.path = Path(path)
+        self.where = os.fspath(path)  # as given: a file's path, or a results store's URL
         self.reason = reason
         self.kind = kind or self.default_kind
-        super().__init__(f"{self.path}: {reason}")
+        super().__init__(f"{self.where}: {reason}")
 
 
 class BaselineExists(BaselineError):
@@ -165,3 +166,26 @@ def hide_for_user_errors(excinfo: Any) -> bool:
 class WireError(JetmemError, ValueError):
     """Something read from a child session (a channel line, a report's notes) is not what pytest-jetmem's
     parent-child wire (``plugin/wire.py``) sends: most often another version of pytest-jetmem on the other side."""
+
+
+class StoreErrorKind(str, Enum):
+    """What went wrong with a results store (:class:`StoreError`)."""
+
+    BAD_URL = "bad_url"  # the URL names no store this pytest-jetmem can open
+    CANNOT_OPEN = "cannot_open"  # the file or server cannot be opened or reached
+    READ_ONLY = "read_only"  # the store can be read but not written
+    CORRUPT = "corrupt"  # not a database, or not a pytest-jetmem store
+    NEWER = "newer"  # written by a newer pytest-jetmem (a schema version this one does not know)
+    MISSING_DRIVER = "missing_driver"  # PostgreSQL without psycopg installed
+    CANNOT_WRITE = "cannot_write"  # a write failed (the transaction rolled back: the store is as it was)
+
+
+class StoreError(JetmemError):
+    """A results store (``--jetmem-store``, ``pytest-jetmem history``) cannot be used; ``url`` is the store as given
+    (a password in it replaced by ``***``), ``kind`` a :class:`StoreErrorKind`."""
+
+    def __init__(self, url: str, reason: str, kind: StoreErrorKind) -> None:
+        self.url = url
+        self.reason = reason
+        self.kind = kind
+        super().__init__(f"{url}: {reason}")

@@ -8,6 +8,8 @@ bind mounts, say) is recorded as unknown, never guessed, and a comparison names 
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any, cast
@@ -16,7 +18,7 @@ from pytest_jetmem.cuda.device import DeviceInfo
 from pytest_jetmem.machine.jetson import JetsonState, for_device
 from pytest_jetmem.validate import expect, is_int
 
-__all__ = ["FINGERPRINT_FIELDS", "JETSON_SOURCES", "Machine", "machine_of"]
+__all__ = ["CAUSE_FIELDS", "FINGERPRINT_FIELDS", "JETSON_SOURCES", "Machine", "machine_of"]
 
 #: Machine fields whose change makes timings incomparable.
 FINGERPRINT_FIELDS = (
@@ -26,6 +28,17 @@ FINGERPRINT_FIELDS = (
     "l4t_release",
     "nvpmodel_mode",
     "clocks_locked",
+)
+
+#: The fields a results store names as the cause of a step between two sessions of one device: the fingerprint's
+#: software and power fields, and the CUDA bindings and NVRTC (recorded, not part of the machine class).
+CAUSE_FIELDS = (
+    "driver_version",
+    "l4t_release",
+    "nvpmodel_mode",
+    "clocks_locked",
+    "cuda_bindings_version",
+    "nvrtc_version",
 )
 
 #: Where each Jetson fingerprint field is read from (relative to ``/``): what a container must bind-mount.
@@ -133,6 +146,23 @@ class Machine:
     def fingerprint(self) -> dict[str, Any]:
         """The fields whose change makes timings incomparable (FINGERPRINT_FIELDS)."""
         return {name: getattr(self, name) for name in FINGERPRINT_FIELDS}
+
+    @property
+    def device(self) -> str:
+        """The hardware: ``"NVIDIA H100 80GB HBM3 (sm_90)"``; a results store's series are per device, across
+        driver, JetPack and power-mode changes, so that the step such a change causes is seen."""
+        return f"{self.device_name} (sm_{self.compute_capability.replace('.', '')})"
+
+    @property
+    def machine_class(self) -> str:
+        """The machine class: 12 hex digits of a hash of :meth:`fingerprint` (equal classes: comparable timings).
+        A driver, JetPack, power-mode or clock-locking change starts a new class by itself."""
+        text = json.dumps(self.fingerprint(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+    def changed_fields(self, other: Machine) -> list[str]:
+        """The :data:`CAUSE_FIELDS` whose values differ between this machine and ``other`` (a step's cause)."""
+        return [name for name in CAUSE_FIELDS if getattr(self, name) != getattr(other, name)]
 
     def mismatches(self, other: Machine) -> list[str]:
         """Human-readable fingerprint differences, this machine's value first.

@@ -101,6 +101,18 @@ SETTINGS: tuple[Setting, ...] = (
         ini_help="baseline to compare against by default",
     ),
     Setting(
+        "store",
+        "store this session's measurements in the results store URL: a path or sqlite:///PATH (SQLite; given "
+        "bare: .jetmem/history.sqlite under the rootdir) or postgresql://USER@HOST/DB (the postgres extra); "
+        "default $JETMEM_STORE. With it, --jetmem-compare=BRANCH compares with that branch's newest "
+        "--jetmem-window sessions on this machine class in the store",
+        takes="optional",
+        const=".jetmem/history.sqlite",
+        metavar="URL",
+        ini_help="the results store to keep every session in (a path, sqlite:///PATH or postgresql://...)",
+        # children and xdist workers read it (--jetmem-compare); only the parent writes (plugin.history)
+    ),
+    Setting(
         "fail",
         f"regression threshold in percent of the baseline median (default {DEFAULT_FAIL_PCT:g})",
         type=float,
@@ -481,6 +493,21 @@ def check_output_path(path: str | os.PathLike[str], source: str) -> Path:
     if not os.access(parent, os.W_OK | os.X_OK):
         raise pytest.UsageError(f"{source}={path}: cannot write in {parent} (permission denied)")
     return target
+
+
+def store_url(config: pytest.Config) -> tuple[str, str] | None:
+    """The results store asked for and where that came from: ``--jetmem-store``, else ``$JETMEM_STORE``, else the ini
+    key ``jetmem_store``; None: no store (an empty value is none, except on the command line: a UsageError)."""
+    value, source = raw(config, "store", ini=False)
+    if value is not None:
+        if not str(value).strip():
+            raise pytest.UsageError(f"{source}: expected a path, sqlite:///PATH or postgresql://..., got {value!r}")
+        return str(value).strip(), source
+    env = os.environ.get("JETMEM_STORE", "").strip()
+    if env:
+        return env, "JETMEM_STORE"
+    ini = str(_ini(config, "store") or "").strip()
+    return (ini, ini_name("store")) if ini else None
 
 
 def cache_dir(config: pytest.Config) -> str | None:

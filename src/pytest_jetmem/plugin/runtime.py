@@ -33,8 +33,11 @@ from pytest_jetmem.plugin.rerun import more_runs, side_by_side
 from pytest_jetmem.plugin.runtime_spec import RuntimeSpec, item_spec, parse_runtime_marker
 from pytest_jetmem.plugin.sessions import (
     GateSession,
+    Interruptions,
     device_session,
     gate_session,
+    note_interrupted,
+    session_interrupted,
     set_gate_session,
 )
 
@@ -91,11 +94,13 @@ def pytest_configure(config: pytest.Config) -> None:
         ambiguous=_ambiguous_policy(config),
         runs=options.get_int(config, "runs", minimum=1, what="an integer >= 1"),
         benchmark_json=_benchmark_json_path(config),
+        results_store=options.store_url(config),
+        rootdir=config.rootpath,
     )
     set_gate_session(config, gate)
     gate.rows = session_records(config).all  # one list of the session's records, gathered once
     config.pluginmanager.register(_RowCollector(gate), "jetmem-rows")
-    config.pluginmanager.register(_Interruptions(config), "jetmem-interruptions")
+    config.pluginmanager.register(Interruptions(config), "jetmem-interruptions")
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(_XdistHooks(gate, config), "jetmem-xdist")
 
@@ -130,7 +135,7 @@ class _XdistHooks:
                 self.state.errors.append(err)
         _add_counter_misses(self.state, output.get("jetmem_counter_misses") or {})
         if output.get("jetmem_interrupted"):  # that worker saved nothing: the run says so
-            self.config.stash[_INTERRUPTED] = str(output["jetmem_interrupted"])
+            note_interrupted(self.config, str(output["jetmem_interrupted"]))
 
 
 def _ambiguous_policy(config: pytest.Config) -> str:
@@ -157,12 +162,12 @@ def _gate(config: pytest.Config) -> GateSession:
 
 def pytest_sessionstart(session: pytest.Session) -> None:
     state = _gate(session.config)
-    if state.compare_name is not None:
+    if state.compare_name is not None and state.results_store is None:
         try:  # a corrupt or foreign baseline stops the session before any test runs; the file is untouched
             state.store.load(state.compare_name)
         except BaselineNotFound as exc:  # said at the end even where nothing ran (no GPU), and on the controller
             state.baseline_checked = True
-            state.baseline_skip = _no_baseline(state.compare_name, exc.path)
+            state.baseline_skip = _no_baseline(state, exc)
         except BaselineError as exc:
             raise pytest.UsageError(f"--jetmem-compare: {exc}") from None
 
@@ -219,11 +224,14 @@ def _extra_runs(item: pytest.Function, handle: Jetmem, spec: RuntimeSpec | None)
         warnings.warn(f"jetmem: {item.nodeid}: kept a single run: {exc.msg}", stacklevel=1)
 
 
-def _no_baseline(name: str, path: object) -> NotCompared:
-    """What the run says of a ``--jetmem-compare`` baseline that does not exist."""
+def _no_baseline(state: GateSession, exc: BaselineError) -> NotCompared:
+    """What the run says of a ``--jetmem-compare`` baseline that does not exist (in a results store: why not)."""
     from pytest_jetmem.measure.record import NotCompared, NotComparedWhy
 
-    return NotCompared(NotComparedWhy.NO_BASELINE, f"no baseline {name!r} ({path}): nothing compared")
+    name = state.compare_name
+    if state.results_store is not None:
+        return NotCompared(NotComparedWhy.NO_BASELINE, f"--jetmem-compare={name}: {exc.where}: {exc.reason}")
+    return NotCompared(NotComparedWhy.NO_BASELINE, f"no baseline {name!r} ({exc.where}): nothing compared")
 
 
 def _baseline(config: pytest.Config) -> tuple[Baseline | None, NotCompared | None]:
@@ -234,9 +242,9 @@ def _baseline(config: pytest.Config) -> tuple[Baseline | None, NotCompared | Non
     if not state.baseline_checked:
         state.baseline_checked = True
         try:
-            base = state.store.load(state.compare_name)
+            base = state.load_baseline(state.compare_name)
         except BaselineNotFound as exc:
-            state.baseline_skip = _no_baseline(state.compare_name, exc.path)
+            state.baseline_skip = _no_baseline(state, exc)
             return None, state.baseline_skip
         except BaselineError as exc:
             raise pytest.UsageError(f"--jetmem-compare: {exc}") from None
@@ -433,38 +441,6 @@ def _save_baseline(session: pytest.Session, state: GateSession) -> None:
         hint = " (pass --jetmem-overwrite to replace it)" if exc.kind is BaselineErrorKind.CANNOT_ADD else ""
         state.errors.append(f"--jetmem-save: {exc}{hint}")
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
-
-
-# -- an interrupted session keeps nothing ------------------------------------------------------------------------
-_INTERRUPTED = pytest.StashKey[str]()
-
-
-class _Interruptions:
-    """Notes what interrupted the session (``pytest_keyboard_interrupt`` is told no config)."""
-
-    def __init__(self, config: pytest.Config) -> None:
-        self.config = config
-
-    def pytest_keyboard_interrupt(self, excinfo: pytest.ExceptionInfo[BaseException]) -> None:
-        # Ctrl-C raises KeyboardInterrupt itself; the runners' subclasses (pytest's Session.Interrupted, xdist's
-        # Interrupted) are the stops a run asks for
-        if excinfo.type is KeyboardInterrupt or isinstance(excinfo.value, pytest.exit.Exception):
-            self.config.stash[_INTERRUPTED] = excinfo.typename
-
-
-def session_interrupted(config: pytest.Config) -> str | None:
-    """What interrupted this session, or None where it is complete enough to keep its results (a baseline; the
-    results store asks the same).
-
-    Interrupted: the session ended on a ``KeyboardInterrupt`` (Ctrl-C, or raised by a test or a plugin) or on
-    ``pytest.exit()``, here or, under xdist, on a worker: the tests after it never ran, so what it measured is not
-    the session it claims to be. Not interrupted: a stop the run asked for (``-x``/``--maxfail``, ``--stepwise``,
-    collection errors: pytest's ``Session.Interrupted`` and xdist's ``Interrupted``, whose exit status is 2 too):
-    the tests that ran, ran to their end, and they are kept. Under xdist an interrupted worker keeps nothing and
-    the controller says so; workers the interruption did not reach (a KeyboardInterrupt raised by one test, not
-    Ctrl-C) end normally and still save theirs.
-    """
-    return config.stash.get(_INTERRUPTED, None)
 
 
 def _counter_misses(state: GateSession) -> dict[str, dict[str, int]]:

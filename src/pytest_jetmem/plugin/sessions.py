@@ -155,6 +155,10 @@ class GateSession:
     ambiguous: str  # what an ambiguous comparison does: "pass", "warn" or "fail"
     runs: int
     benchmark_json: str | None
+    #: the results store (``--jetmem-store``): its URL and the setting it came from; None: no store
+    results_store: tuple[str, str] | None = None
+    #: the rootdir: a relative results store path is relative to it
+    rootdir: Path = Path(".")
     jetson_before: JetsonState | None = None
     baseline: Baseline | None = None
     baseline_checked: bool = False
@@ -196,6 +200,17 @@ class GateSession:
             self.jetson_before = read_jetson_state(sysroot())
         return self.jetson_before
 
+    def load_baseline(self, name: str) -> Baseline:
+        """The baseline ``--jetmem-compare`` names: with a results store, the newest :attr:`window` sessions of branch
+        ``name`` on this machine class in it (:func:`~pytest_jetmem.history.reference.reference_baseline`), else the
+        baseline file. BaselineNotFound / BaselineError as :meth:`BaselineStore.load` raises them."""
+        if self.results_store is None:
+            return self.store.load(name)
+        from pytest_jetmem.history.reference import reference_baseline
+
+        url, source = self.results_store
+        return reference_baseline(url, source, name, self.machine(), self.window, base=self.rootdir)
+
     def machine(self) -> Machine | None:
         """The machine record of this session's device (None without a GPU); built once."""
         if self._machine is None:
@@ -215,3 +230,40 @@ def set_gate_session(config: pytest.Config, gate: GateSession) -> None:
 def gate_session(config: pytest.Config) -> GateSession | None:
     """The runtime half's session, or None where that half is not loaded (``-p no:...``)."""
     return config.stash.get(_GATE, None)
+
+
+# -- an interrupted session keeps nothing ------------------------------------------------------------------------
+_INTERRUPTED = pytest.StashKey[str]()
+
+
+class Interruptions:
+    """Notes what interrupted the session (``pytest_keyboard_interrupt`` is told no config)."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+
+    def pytest_keyboard_interrupt(self, excinfo: pytest.ExceptionInfo[BaseException]) -> None:
+        # Ctrl-C raises KeyboardInterrupt itself; the runners' subclasses (pytest's Session.Interrupted, xdist's
+        # Interrupted) are the stops a run asks for
+        if excinfo.type is KeyboardInterrupt or isinstance(excinfo.value, pytest.exit.Exception):
+            note_interrupted(self.config, excinfo.typename)
+
+
+def session_interrupted(config: pytest.Config) -> str | None:
+    """What interrupted this session, or None where it is complete enough to keep its results (a baseline; the
+    results store asks the same).
+
+    Interrupted: the session ended on a ``KeyboardInterrupt`` (Ctrl-C, or raised by a test or a plugin) or on
+    ``pytest.exit()``, here or, under xdist, on a worker: the tests after it never ran, so what it measured is not
+    the session it claims to be. Not interrupted: a stop the run asked for (``-x``/``--maxfail``, ``--stepwise``,
+    collection errors: pytest's ``Session.Interrupted`` and xdist's ``Interrupted``, whose exit status is 2 too):
+    the tests that ran, ran to their end, and they are kept. Under xdist an interrupted worker keeps nothing and
+    the controller says so; workers the interruption did not reach (a KeyboardInterrupt raised by one test, not
+    Ctrl-C) end normally and still save theirs.
+    """
+    return config.stash.get(_INTERRUPTED, None)
+
+
+def note_interrupted(config: pytest.Config, what: str) -> None:
+    """Say that ``what`` interrupted the session (a worker's interruption heard by the controller too)."""
+    config.stash[_INTERRUPTED] = what

@@ -1,0 +1,56 @@
+"""How a stored measurement keeps its samples and its record compactly, and gets them back exactly.
+
+Samples: IEEE 754 binary64, little-endian, then zlib (a sample comes back bit for bit, so any statistic can be
+recomputed). The record: :meth:`MeasurementRecord.to_json` without its samples, as compact JSON, then zlib.
+GPU-free and pytest-free.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import struct
+import zlib
+from collections.abc import Sequence
+
+from pytest_jetmem.measure.record import MeasurementRecord
+
+__all__ = ["pack_record", "pack_samples", "unpack_record", "unpack_samples"]
+
+
+def pack_samples(samples: Sequence[float]) -> bytes:
+    """The samples as stored."""
+    return zlib.compress(struct.pack(f"<{len(samples)}d", *samples), 6)
+
+
+def unpack_samples(blob: bytes) -> tuple[float, ...]:
+    """Inverse of :func:`pack_samples`; ValueError for bytes it did not write."""
+    raw = zlib.decompress(bytes(blob))
+    if len(raw) % 8:
+        raise ValueError(f"stored samples: {len(raw)} bytes is not a whole number of binary64 values")
+    return struct.unpack(f"<{len(raw) // 8}d", raw)
+
+
+def _finite(value: object) -> object:
+    """JSON has no NaN or infinity: such a figure is stored as null (the record reads null as not finite)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    return value
+
+
+def pack_record(record: MeasurementRecord) -> bytes:
+    """The record without its samples (they are stored apart), as stored."""
+    obj = record.to_json()
+    obj.pop("samples", None)
+    return zlib.compress(json.dumps(_finite(obj), separators=(",", ":"), allow_nan=False).encode(), 6)
+
+
+def unpack_record(blob: bytes, samples: Sequence[float]) -> MeasurementRecord:
+    """The record :func:`pack_record` stored, with its samples put back; RecordError where it is not one."""
+    obj = json.loads(zlib.decompress(bytes(blob)).decode())
+    obj["samples"] = list(samples)
+    return MeasurementRecord.from_json(obj)

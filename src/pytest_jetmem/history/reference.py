@@ -1,0 +1,84 @@
+"""Baselines as a view of the results store: ``--jetmem-compare=BRANCH`` with ``--jetmem-store``.
+
+The reference is the newest ``window`` sessions of the branch, in commit order, on this machine's class (the
+fingerprint: a driver, JetPack, power-mode or clock-locking change starts a new class by itself), each session
+one unit of noise as in a baseline file that sessions were appended to. GPU-free and pytest-free.
+"""
+
+from __future__ import annotations
+
+import os
+
+from pytest_jetmem.errors import BaselineError, BaselineNotFound, StoreError, StoreErrorKind
+from pytest_jetmem.history.model import SessionRow, commit_order
+from pytest_jetmem.history.store import Store, open_store
+from pytest_jetmem.machine.fingerprint import Machine
+from pytest_jetmem.measure.baseline import Baseline, Entry, entry_key
+from pytest_jetmem.measure.record import MeasurementRecord
+
+__all__ = ["reference_baseline", "reference_sessions"]
+
+
+def reference_sessions(store: Store, branch: str, machine: Machine, window: int) -> list[SessionRow]:
+    """The newest ``window`` sessions of ``branch`` on ``machine``'s class, oldest first."""
+    return commit_order(store.sessions(branch=branch, machine_class=machine.machine_class))[-window:]
+
+
+def _why_none(store: Store, branch: str, machine: Machine) -> str:
+    """Why the store has no reference for ``branch`` here: no session of it at all, or only on other classes."""
+    same_device = [s for s in store.sessions(branch=branch) if s.machine.device == machine.device]
+    if not same_device:
+        return f"no session of branch {branch!r} on {machine.device} in this store: nothing compared"
+    newest = commit_order(same_device)[-1]
+    changed = [f"{f} {getattr(newest.machine, f)!r} -> {getattr(machine, f)!r}"
+               for f in newest.machine.changed_fields(machine)] or newest.machine.mismatches(machine)
+    return (f"no session of branch {branch!r} on this machine class ({machine.machine_class}) yet: its sessions on "
+            f"{machine.device} ran on another class ({'; '.join(changed)}); a new class starts with this session")
+
+
+def _entries(per_session: list[tuple[str, list[MeasurementRecord]]]) -> dict[str, Entry]:
+    runs: dict[str, list[tuple[str, MeasurementRecord]]] = {}
+    for uid, records in per_session:
+        for r in records:
+            if r.statistics.samples:
+                runs.setdefault(entry_key(r.nodeid, r.mode, r.key), []).append((uid, r))
+    entries: dict[str, Entry] = {}
+    for key, taken in runs.items():
+        newest = taken[-1][1]
+        clocks = newest.conditions.clocks
+        entries[key] = Entry(
+            newest.nodeid,
+            newest.mode,
+            newest.key,
+            tuple(v for _, r in taken for v in r.statistics.samples),
+            newest.statistics.first_call_ms,
+            runs=tuple(r.statistics.samples for _, r in taken),
+            run_sessions=tuple(uid for uid, _ in taken),
+            sm_mhz=clocks.median_mhz if clocks is not None else None,
+        )
+    return entries
+
+
+def reference_baseline(
+    url: str, source: str, branch: str, machine: Machine | None, window: int, *, base: str | os.PathLike[str]
+) -> Baseline:
+    """The reference of ``branch`` in the store ``url`` (named by setting ``source``) as a baseline.
+
+    BaselineNotFound (nothing is compared, as for a missing baseline file) where the store has no session of the
+    branch on this machine class, saying why; BaselineError where the store cannot be read.
+    """
+    try:
+        store = open_store(url, base, create=False)
+    except StoreError as exc:
+        if exc.kind is StoreErrorKind.CANNOT_OPEN and "no such store" in exc.reason:
+            raise BaselineNotFound(exc.url, f"{source}: {exc.reason}") from None
+        raise BaselineError(exc.url, f"{source}: {exc.reason}") from None
+    with store:
+        if machine is None:
+            raise BaselineNotFound(store.url, "this machine has no GPU: no machine class to compare within")
+        rows = reference_sessions(store, branch, machine, window)
+        if not rows:
+            raise BaselineNotFound(store.url, _why_none(store, branch, machine))
+        entries = _entries([(row.uid, store.records(row.id)) for row in rows])
+    newest = rows[-1]
+    return Baseline(name=branch, created=newest.stored, session=newest.uid, machine=newest.machine, entries=entries)

@@ -1,0 +1,357 @@
+"""Change points in a series of session medians: where did a measurement step up or down, and by how much?
+
+A series holds, in commit order, one point per pytest session: that session's median time (ms) of one
+measurement on one device. Sessions are the unit of noise (as in
+:func:`pytest_jetmem.measure.compare.compare_sessions`); several sessions of one commit are separate points, but a
+change can only sit between two commits. :func:`detect` works in two stages, as Apache Otava (formerly Hunter) does
+(Fleming et al., "Hunter: Using Change Point Detection to Hunt for Performance Regressions", ICPE 2023):
+
+1. Candidates: PELT (Killick, Fearnhead & Eckley, "Optimal detection of changepoints with a linear computational
+   cost", JASA 107(500), 2012) finds the segmentation that minimises the Gaussian change-in-mean cost (the sum of
+   squared deviations from each segment's mean) plus ``penalty`` per change, on the log values divided by a robust
+   noise scale sigma: 1.4826 * MAD of the first differences / sqrt(2) (the differences cancel the level, so the
+   steps themselves barely move it; the standard deviation of the differences where the MAD is 0, and a floor of
+   1e-9 so that identical values divide nothing by zero). The default penalty is 3 * log(n), the per-change
+   penalty of the modified BIC (Zhang & Siegmund, Biometrics 63(1), 2007; the default of R's ``changepoint``
+   package): on 1000 points it sits above the largest chance saving of A/A noise and below the saving of a 3%
+   step five sessions long at 1% noise (see the targets below). Interior segments hold at least ``min_size``
+   points (one outlier session is not a step); the last segment may hold one, so that a large step is seen at the
+   first commit after it.
+2. Confirmation: each candidate is kept where the pooled-variance two-sample Student t-test on the log values
+   either side of it (back to the previous and on to the next candidate, at most ``window`` points each side)
+   gives p < ``alpha``. As in Otava, the weakest candidate (largest p) that fails is removed and the p-values of
+   its neighbours are computed again over their widened sides, until every remaining candidate passes.
+
+Figures measured with the defaults on 200 synthetic series of 1000 points (log-normal noise of 0.5% and 1%, and
+Student t noise with 3 degrees of freedom scaled to 1%): at most 0.05 false change points per series, a 10% step
+found at the first point after it, 5% within 3 points and 3% within 5 points in at least 95% of series.
+
+:func:`pelt` is the plain PELT on the values as given (no log, no scaling), the same segmentation as the reference
+implementation ``ruptures`` (``Pelt(model="l2", min_size=m, jump=1)``). Pure numpy and ``math``; no scipy.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from pytest_jetmem.measure.stats import MAD_TO_SIGMA, student_t_ppf, student_t_sf2
+
+__all__ = ["CONFIDENCE", "ChangePoint", "default_penalty", "detect", "pelt"]
+
+#: The confidence of :attr:`ChangePoint.ci`.
+CONFIDENCE = 0.99
+#: The noise scale's floor (log units), so that a series of identical values divides nothing by zero.
+_SIGMA_FLOOR = 1e-9
+#: Spread (relative to the log values' size) below which a side is taken as exactly constant.
+_EXACT = 1e-12
+
+
+@dataclass(frozen=True)
+class ChangePoint:
+    """A confirmed step between the points before ``index`` and the points from ``index`` on (ratios after / before).
+
+    The sides reach back to the previous and on to the next change point, at most ``window`` points each.
+    """
+
+    index: int  # the first point after the change
+    before_ms: float  # the median of the points before
+    after_ms: float  # the median of the points after
+    ratio: float  # after / before: exp of the difference of the log means
+    ci: tuple[float, float]  # its 99% interval (t interval on the log means, pooled variance)
+    p_value: float
+    n_before: int
+    n_after: int
+
+    @property
+    def change_pct(self) -> float:
+        """The step in percent (+8.3 is 8.3% slower after the change)."""
+        return (self.ratio - 1.0) * 100.0
+
+
+# -- PELT ------------------------------------------------------------------------------------------------------
+
+
+def _finite_1d(values: Sequence[float] | np.ndarray, what: str) -> np.ndarray:
+    """``values`` as a 1-D float64 array; ValueError naming the first value that is not finite."""
+    arr = np.asarray(values, dtype=np.float64).reshape(-1)
+    bad = np.flatnonzero(~np.isfinite(arr))
+    if bad.size:
+        raise ValueError(f"{what}[{int(bad[0])}] = {float(arr[bad[0]])!r}: expected a finite number")
+    return arr
+
+
+def _allowed_mask(allowed: Sequence[bool] | np.ndarray | None, n: int) -> np.ndarray:
+    """``allowed`` as a bool array of length ``n`` (all True for None); ValueError for another length."""
+    if allowed is None:
+        return np.ones(n, dtype=bool)
+    mask = np.asarray(allowed, dtype=bool).reshape(-1)
+    if mask.size != n:
+        raise ValueError(f"allowed has {mask.size} entries, expected one per value ({n})")
+    return mask
+
+
+def _check_pelt_args(penalty: float, min_size: int) -> None:
+    if not (math.isfinite(penalty) and penalty >= 0):
+        raise ValueError(f"penalty must be finite and >= 0, got {penalty!r}")
+    if isinstance(min_size, bool) or not isinstance(min_size, (int, np.integer)) or min_size < 1:
+        raise ValueError(f"min_size must be an integer >= 1, got {min_size!r}")
+
+
+class _Pelt:
+    """The PELT recursion over prefix sums: ``f[t]`` is the optimal penalised cost of ``x[:t]`` (inf where none)."""
+
+    def __init__(self, x: np.ndarray, penalty: float, min_size: int, allowed: np.ndarray) -> None:
+        c = x - x.mean()  # the cost is shift-invariant; centring keeps the prefix sums small
+        self.s1 = np.concatenate(([0.0], np.cumsum(c)))
+        self.s2 = np.concatenate(([0.0], np.cumsum(c * c)))
+        self.n, self.pen, self.min_size, self.allowed = x.size, penalty, min_size, allowed
+        self.f = np.full(self.n + 1, np.inf)
+        self.f[0] = 0.0
+        self.back = np.zeros(self.n + 1, dtype=np.intp)
+
+    def _totals(self, adm: np.ndarray, t: int) -> np.ndarray:
+        """f[s] + cost(x[s:t]) + penalty for each admissible start s."""
+        d = self.s1[t] - self.s1[adm]
+        cost = np.maximum((self.s2[t] - self.s2[adm]) - d * d / (t - adm), 0.0)
+        totals: np.ndarray = self.f[adm] + (cost + self.pen)
+        return totals
+
+    def _best(self, adm: np.ndarray, t: int) -> np.ndarray:
+        """Set f[t] and back[t] from the admissible starts; return their totals."""
+        totals = self._totals(adm, t)
+        k = int(np.argmin(totals))  # the first of equal minima: the earliest start, as ruptures
+        self.f[t] = totals[k]
+        self.back[t] = adm[k]
+        return totals
+
+    def run(self) -> np.ndarray:
+        """Fill f[t] for every allowed end t < n; return the admissible starts left for the end n."""
+        adm = np.empty(0, dtype=np.intp)
+        for t in range(self.min_size, self.n):
+            new = t - self.min_size
+            if self.f[new] < np.inf:  # a start with an optimal partition before it
+                adm = np.append(adm, new)
+            if self.allowed[t] and adm.size:
+                totals = self._best(adm, t)
+                adm = adm[totals <= self.f[t] + self.pen]  # Killick's pruning (K = 0), as ruptures
+        return adm
+
+    def finish(self, adm: np.ndarray, min_last: int) -> list[int]:
+        """The change indices of the optimal partition of the whole series, whose last segment has ``min_last``+."""
+        n = self.n
+        extra = np.arange(max(n - self.min_size, 0), n - min_last + 1, dtype=np.intp)
+        extra = extra[self.f[extra] < np.inf]
+        ends = np.union1d(adm, extra) if extra.size else adm
+        if ends.size == 0:
+            return []
+        self._best(ends, n)
+        out: list[int] = []
+        t = int(self.back[n])
+        while t > 0:
+            out.append(t)
+            t = int(self.back[t])
+        return out[::-1]
+
+
+def _pelt(x: np.ndarray, penalty: float, min_size: int, allowed: np.ndarray, min_last: int) -> list[int]:
+    """PELT on ``x`` with interior segments of ``min_size``+ points and a last one of ``min_last``+ points."""
+    if x.size < 2:
+        return []
+    run = _Pelt(x, penalty, min_size, allowed)
+    return run.finish(run.run(), min_last)
+
+
+def pelt(
+    values: Sequence[float] | np.ndarray,
+    penalty: float,
+    min_size: int = 1,
+    allowed: Sequence[bool] | np.ndarray | None = None,
+) -> list[int]:
+    """Change indices (the first index of each new segment, ascending, without 0 and n) minimising the sum over
+    segments of the squared deviations from the segment mean, plus ``penalty`` per change (PELT, Killick et al.
+    2012, with ruptures' pruning rule: the same breakpoints as ``ruptures.Pelt(model="l2", min_size=min_size,
+    jump=1)``, less its final n).
+
+    Every segment has at least ``min_size`` points; ``allowed`` (one bool per value) lets index i start a segment
+    only where ``allowed[i]`` (``allowed[0]`` is not read). A series shorter than ``2 * min_size`` has no change.
+    ValueError for a value that is not finite, a ``penalty`` not finite and >= 0, ``min_size`` < 1 or an
+    ``allowed`` of another length.
+    """
+    _check_pelt_args(penalty, min_size)
+    x = _finite_1d(values, "values")
+    return _pelt(x, float(penalty), int(min_size), _allowed_mask(allowed, x.size), int(min_size))
+
+
+# -- detect ----------------------------------------------------------------------------------------------------
+
+
+def default_penalty(n: int) -> float:
+    """The default penalty of :func:`detect` for ``n`` points, in units of the noise variance: 3 * log(n)."""
+    return 3.0 * math.log(max(n, 2))
+
+
+def _durations(values: Sequence[float]) -> np.ndarray:
+    """``values`` as a float64 array; ValueError naming the first one that is not a finite time > 0."""
+    arr = np.asarray(values, dtype=np.float64).reshape(-1)
+    bad = np.flatnonzero(~(np.isfinite(arr) & (arr > 0)))
+    if bad.size:
+        i = int(bad[0])
+        raise ValueError(f"values[{i}] = {float(arr[i])!r}: expected a finite time in ms > 0")
+    return arr
+
+
+def _commit_starts(groups: Sequence[object] | None, n: int) -> np.ndarray:
+    """allowed[i]: point i is the first of its commit (differs from point i - 1); all True without groups."""
+    if groups is None:
+        return np.ones(n, dtype=bool)
+    g = list(groups)
+    if len(g) != n:
+        raise ValueError(f"groups has {len(g)} entries, expected one commit per value ({n})")
+    return np.array([True] + [bool(g[i] != g[i - 1]) for i in range(1, n)], dtype=bool)
+
+
+def _check_detect_args(alpha: float, min_size: int, window: int, penalty: float | None) -> None:
+    if not 0 < alpha < 1:
+        raise ValueError(f"alpha must be in (0, 1), got {alpha!r}")
+    for name, v in (("min_size", min_size), ("window", window)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+            raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+    if penalty is not None and not (math.isfinite(penalty) and penalty > 0):
+        raise ValueError(f"penalty must be None or finite and > 0, got {penalty!r}")
+
+
+def _noise_sigma(logs: np.ndarray) -> float:
+    """Robust noise scale of the log values: 1.4826 * MAD of the first differences / sqrt(2), floored."""
+    diffs = np.diff(logs)
+    if diffs.size == 0:
+        return _SIGMA_FLOOR
+    sigma = MAD_TO_SIGMA * float(np.median(np.abs(diffs - np.median(diffs)))) / math.sqrt(2.0)
+    if sigma <= 0:  # quantised values: most differences are 0
+        sigma = float(np.std(diffs)) / math.sqrt(2.0)
+    return max(sigma, _SIGMA_FLOOR)
+
+
+def _exp(x: float) -> float:
+    """``e ** x``, inf where that overflows."""
+    return math.exp(x) if x < 709.0 else math.inf
+
+
+@functools.lru_cache(maxsize=256)
+def _t_quantile(df: int) -> float:
+    return student_t_ppf(0.5 + CONFIDENCE / 2.0, float(df))
+
+
+@dataclass(frozen=True)
+class _TTest:
+    """The pooled-variance two-sample t-test of ``b`` - ``a`` (log values): difference, standard error, df, p."""
+
+    d: float
+    se: float
+    df: int
+    p: float
+
+    @classmethod
+    def of(cls, a: np.ndarray, b: np.ndarray) -> _TTest:
+        ma, mb = float(a.mean()), float(b.mean())
+        d, df = mb - ma, a.size + b.size - 2
+        if df < 1:
+            return cls(d, math.inf, 0, 1.0)
+        ss = float(np.sum((a - ma) ** 2) + np.sum((b - mb) ** 2))
+        se = math.sqrt(ss / df * (1.0 / a.size + 1.0 / b.size))
+        scale = _EXACT * (1.0 + abs(ma) + abs(mb))
+        if se <= scale:  # both sides exactly constant: an exact step, or none
+            return cls(d, 0.0, df, 1.0 if abs(d) <= scale else 0.0)
+        return cls(d, se, df, student_t_sf2(d / se, float(df)))
+
+    def ci(self) -> tuple[float, float]:
+        """The interval of exp(d) at :data:`CONFIDENCE`."""
+        if self.df < 1:
+            return 0.0, math.inf
+        half = _t_quantile(self.df) * self.se
+        return _exp(self.d - half), _exp(self.d + half)
+
+
+class _Sides:
+    """The points either side of each change: back to the previous change and on to the next, at most ``window``."""
+
+    def __init__(self, logs: np.ndarray, window: int) -> None:
+        self.logs, self.window, self._cache = logs, window, dict[tuple[int, int, int], _TTest]()
+
+    def bounds(self, changes: Sequence[int], k: int) -> tuple[int, int, int]:
+        """(lo, index, hi) of the k-th change: its sides are [lo, index) and [index, hi)."""
+        i = changes[k]
+        prev = changes[k - 1] if k > 0 else 0
+        nxt = changes[k + 1] if k + 1 < len(changes) else self.logs.size
+        return max(prev, i - self.window), i, min(nxt, i + self.window)
+
+    def test(self, changes: Sequence[int], k: int) -> _TTest:
+        key = self.bounds(changes, k)
+        if key not in self._cache:
+            lo, i, hi = key
+            self._cache[key] = _TTest.of(self.logs[lo:i], self.logs[i:hi])
+        return self._cache[key]
+
+
+def _confirm(sides: _Sides, candidates: list[int], alpha: float) -> list[int]:
+    """The candidates left after removing, one at a time, the one with the largest p while that p is >= alpha."""
+    kept = list(candidates)
+    while kept:
+        ps = [sides.test(kept, k).p for k in range(len(kept))]
+        worst = int(np.argmax(ps))
+        if ps[worst] < alpha:
+            break
+        del kept[worst]
+    return kept
+
+
+def _change_point(values: np.ndarray, sides: _Sides, kept: list[int], k: int) -> ChangePoint:
+    lo, i, hi = sides.bounds(kept, k)
+    tt = sides.test(kept, k)
+    return ChangePoint(
+        index=i,
+        before_ms=float(np.median(values[lo:i])),
+        after_ms=float(np.median(values[i:hi])),
+        ratio=_exp(tt.d),
+        ci=tt.ci(),
+        p_value=tt.p,
+        n_before=i - lo,
+        n_after=hi - i,
+    )
+
+
+def detect(
+    values: Sequence[float],
+    *,
+    groups: Sequence[object] | None = None,
+    alpha: float = 0.001,
+    min_size: int = 3,
+    window: int = 30,
+    penalty: float | None = None,
+) -> list[ChangePoint]:
+    """The confirmed change points of a series of session medians (ms, in commit order), oldest first.
+
+    ``groups`` holds each point's commit (equal neighbours are one commit: no change between them). Candidates come
+    from PELT on the log values scaled by their robust noise scale, with ``penalty`` per change in units of the
+    noise variance (default :func:`default_penalty`), interior segments of ``min_size``+ points and a last segment
+    of 1+; each is kept where the t-test of its sides (at most ``window`` points each) gives p < ``alpha`` (see the
+    module docstring). Fewer than 2 points: []. ValueError for a value that is not a finite time > 0 (naming its
+    position), ``groups`` of another length, ``alpha`` outside (0, 1), ``min_size`` or ``window`` < 1, or a
+    ``penalty`` not finite and > 0.
+    """
+    _check_detect_args(alpha, min_size, window, penalty)
+    y = _durations(values)
+    allowed = _commit_starts(groups, y.size)
+    if y.size < 2:
+        return []
+    logs = np.log(y / np.median(y))  # relative to the median: scaling by a power of 2 changes no bit of it
+    z = logs / _noise_sigma(logs)
+    beta = default_penalty(y.size) if penalty is None else float(penalty)
+    candidates = _pelt(z, beta, int(min_size), allowed, 1)
+    sides = _Sides(logs, int(window))
+    kept = _confirm(sides, candidates, alpha)
+    return [_change_point(y, sides, kept, k) for k in range(len(kept))]
