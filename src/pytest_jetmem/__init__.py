@@ -39,6 +39,7 @@ if TYPE_CHECKING:
         RecordError,
         RecordVersionError,
         TegraStrictError,
+        StoreError,
         WireError,
     )
     from pytest_jetmem.handle import Jetmem, open_handle
@@ -76,6 +77,7 @@ _EXPORTS: dict[str, tuple[str, str | None]] = {
             "DeviceChoiceError",
             "RecordError",
             "RecordVersionError",
+            "StoreError",
             "WireError",
         )
     },
@@ -104,6 +106,7 @@ __all__ = [  # the same names as _EXPORTS, spelled out for type checkers and lin
     "RecordError",
     "RecordVersionError",
     "TegraStrictError",
+    "StoreError",
     "WireError",
     "__version__",
     "attach",
