@@ -20,15 +20,17 @@ if [[ -d .venv/lib/python3.11/site-packages/nvidia/cu13/include ]]; then
 fi
 if [[ ${CHECKS:-1} == 1 ]]; then
   JETMEM_INSTALLED=1 bash benchmarks/gpu_run.sh ${SUITE:-tests/gpu} >/dev/null 2>&1
-  tail -4 "$OUT/pytest.log"
+  grep -E "^(FAILED|ERROR)" "$OUT/pytest.log"; tail -2 "$OUT/pytest.log"
 fi
 store="$OUT/demo-history.sqlite"
 i=0
 while (( $(date +%s) - start < ${DEADLINE_S:-540} )); do
   i=$((i + 1))
   t0=$(date +%s.%N)
-  JETMEM_STORE="$store" pytest-jetmem-demo > "$OUT/demo-$i.log" 2>&1
-  echo "demo $i: exit $? in $(python3 -c "import time; print(round(time.time() - $t0, 2))") s: $(grep -o 'stored .*' "$OUT/demo-$i.log" | head -1)"
+  JETMEM_STORE="$store" pytest-jetmem-demo > /tmp/demo-one.log 2>&1
+  code=$?
+  { echo "== demo $i"; cat /tmp/demo-one.log; } >> "$OUT/demo-all.log"  # one file: the tool returns few files
+  echo "demo $i: exit $code in $(python3 -c "import time; print(round(time.time() - $t0, 2))") s: $(grep -o 'stored .*' /tmp/demo-one.log | head -1)"
 done
 pytest-jetmem history regressions --store "$store" > "$OUT/history-regressions.log" 2>&1; echo "regressions exit $?"
 head -3 "$OUT/history-regressions.log"

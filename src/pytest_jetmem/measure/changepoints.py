@@ -103,53 +103,64 @@ def _check_pelt_args(penalty: float, min_size: int) -> None:
 
 
 class _Pelt:
-    """The PELT recursion over prefix sums: ``f[t]`` is the optimal penalised cost of ``x[:t]`` (inf where none)."""
+    """The PELT recursion over prefix sums: ``f[t]`` is the optimal penalised cost of ``x[:t]`` (inf where none).
+
+    The admissible starts s are kept in the rows of one buffer (s; f[s] - S2[s] + penalty; S1[s], with S1 and S2
+    the prefix sums of x and x^2), so that one step is a handful of numpy calls on contiguous slices.
+    """
 
     def __init__(self, x: np.ndarray, penalty: float, min_size: int, allowed: np.ndarray) -> None:
         c = x - x.mean()  # the cost is shift-invariant; centring keeps the prefix sums small
-        self.s1 = np.concatenate(([0.0], np.cumsum(c)))
-        self.s2 = np.concatenate(([0.0], np.cumsum(c * c)))
-        self.n, self.pen, self.min_size, self.allowed = x.size, penalty, min_size, allowed
-        self.f = np.full(self.n + 1, np.inf)
-        self.f[0] = 0.0
-        self.back = np.zeros(self.n + 1, dtype=np.intp)
+        self.s1: list[float] = np.concatenate(([0.0], np.cumsum(c))).tolist()
+        self.s2: list[float] = np.concatenate(([0.0], np.cumsum(c * c))).tolist()
+        self.n, self.pen, self.min_size, self.allowed = x.size, penalty, min_size, allowed.tolist()
+        self.f = [0.0] + [math.inf] * self.n
+        self.back = [0] * (self.n + 1)
+        self.buf = np.empty((3, self.n + 1), dtype=np.float64)
+        self.k = 0
 
-    def _totals(self, adm: np.ndarray, t: int) -> np.ndarray:
-        """f[s] + cost(x[s:t]) + penalty for each admissible start s."""
-        d = self.s1[t] - self.s1[adm]
-        cost = np.maximum((self.s2[t] - self.s2[adm]) - d * d / (t - adm), 0.0)
-        totals: np.ndarray = self.f[adm] + (cost + self.pen)
-        return totals
+    def _admit(self, s: int) -> None:
+        """Add start s (where a partition of x[:s] exists) to the admissible starts."""
+        if self.f[s] < math.inf:
+            self.buf[:, self.k] = (s, self.f[s] - self.s2[s] + self.pen, self.s1[s])
+            self.k += 1
 
-    def _best(self, adm: np.ndarray, t: int) -> np.ndarray:
-        """Set f[t] and back[t] from the admissible starts; return their totals."""
-        totals = self._totals(adm, t)
-        k = int(np.argmin(totals))  # the first of equal minima: the earliest start, as ruptures
-        self.f[t] = totals[k]
-        self.back[t] = adm[k]
-        return totals
+    def _best(self, t: int) -> np.ndarray:
+        """Set f[t] and back[t] from the admissible starts; return their totals less S2[t]."""
+        pos, a, b = self.buf[:, : self.k]
+        tot = np.subtract(self.s1[t], b)
+        np.multiply(tot, tot, out=tot)
+        np.divide(tot, np.subtract(t, pos), out=tot)
+        np.subtract(a, tot, out=tot)  # f[s] + cost(x[s:t]) + penalty - S2[t]
+        j = int(tot.argmin())  # the first of equal minima: the earliest start, as ruptures
+        self.f[t] = float(tot[j]) + self.s2[t]
+        self.back[t] = int(pos[j])
+        return tot
 
-    def run(self) -> np.ndarray:
-        """Fill f[t] for every allowed end t < n; return the admissible starts left for the end n."""
-        adm = np.empty(0, dtype=np.intp)
+    def _prune(self, tot: np.ndarray, t: int) -> None:
+        """Drop the starts whose total is above f[t] + penalty (Killick's rule with K = 0, as ruptures)."""
+        limit = self.f[t] - self.s2[t] + self.pen
+        if np.maximum.reduce(tot) > limit:
+            keep = tot <= limit
+            k = int(np.count_nonzero(keep))
+            self.buf[:, :k] = self.buf[:, : self.k][:, keep]
+            self.k = k
+
+    def run(self) -> None:
+        """Fill f[t] for every allowed end t < n."""
         for t in range(self.min_size, self.n):
-            new = t - self.min_size
-            if self.f[new] < np.inf:  # a start with an optimal partition before it
-                adm = np.append(adm, new)
-            if self.allowed[t] and adm.size:
-                totals = self._best(adm, t)
-                adm = adm[totals <= self.f[t] + self.pen]  # Killick's pruning (K = 0), as ruptures
-        return adm
+            self._admit(t - self.min_size)
+            if self.allowed[t] and self.k:
+                self._prune(self._best(t), t)
 
-    def finish(self, adm: np.ndarray, min_last: int) -> list[int]:
+    def finish(self, min_last: int) -> list[int]:
         """The change indices of the optimal partition of the whole series, whose last segment has ``min_last``+."""
         n = self.n
-        extra = np.arange(max(n - self.min_size, 0), n - min_last + 1, dtype=np.intp)
-        extra = extra[self.f[extra] < np.inf]
-        ends = np.union1d(adm, extra) if extra.size else adm
-        if ends.size == 0:
+        for s in range(max(n - self.min_size, 0), n - min_last + 1):
+            self._admit(s)
+        if not self.k:
             return []
-        self._best(ends, n)
+        self._best(n)
         out: list[int] = []
         t = int(self.back[n])
         while t > 0:
@@ -163,7 +174,8 @@ def _pelt(x: np.ndarray, penalty: float, min_size: int, allowed: np.ndarray, min
     if x.size < 2:
         return []
     run = _Pelt(x, penalty, min_size, allowed)
-    return run.finish(run.run(), min_last)
+    run.run()
+    return run.finish(min_last)
 
 
 def pelt(
