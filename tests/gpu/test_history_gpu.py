@@ -19,9 +19,9 @@ from pytest_jetmem import kernels
 
 @pytest.mark.memmode("device", "managed", "zero_copy")
 @pytest.mark.memmode_runtime(max_ms=1000)
-def test_read(jetmem):
-    a = jetmem.zeros(1 << 22)
-    jetmem.measure(lambda: kernels.stream(jetmem, "read", a), label="read")
+def test_copy(jetmem):
+    a, b = jetmem.zeros(1 << 22), jetmem.zeros(1 << 22)
+    jetmem.measure(lambda: kernels.stream(jetmem, "copy", a, b), label="copy")
 """
 
 
@@ -61,7 +61,7 @@ def test_sessions_are_stored_compared_and_read_back(pytester: pytest.Pytester, g
     out = io.StringIO()
     assert main(["history", "regressions", "--store", str(store)], out=out) == 0  # A/A: nothing to report
     out = io.StringIO()
-    assert main(["history", "show", "test_read", "--store", str(store)], out=out) == 0
+    assert main(["history", "show", "test_copy", "--store", str(store)], out=out) == 0
     assert out.getvalue().count("session(s)") == 3  # one series per mode
     out = io.StringIO()
     assert main(["history", "export", "--store", str(store), "--format", "bmf"], out=out) == 0

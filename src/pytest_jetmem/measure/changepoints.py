@@ -117,29 +117,32 @@ class _Pelt:
         self.f = [0.0] + [math.inf] * self.n
         self.back = [0] * (self.n + 1)
         self.buf = np.empty((3, self.n + 1), dtype=np.float64)
+        self.pos, self.a, self.b = self.buf  # views of its rows
         self.k = 0
 
     def _admit(self, s: int) -> None:
         """Add start s (where a partition of x[:s] exists) to the admissible starts."""
-        if self.f[s] < math.inf:
-            self.buf[:, self.k] = (s, self.f[s] - self.s2[s] + self.pen, self.s1[s])
-            self.k += 1
+        fs = self.f[s]
+        if fs < math.inf:
+            k = self.k
+            self.pos[k], self.a[k], self.b[k] = s, fs - self.s2[s] + self.pen, self.s1[s]
+            self.k = k + 1
 
-    def _best(self, t: int) -> np.ndarray:
-        """Set f[t] and back[t] from the admissible starts; return their totals less S2[t]."""
-        pos, a, b = self.buf[:, : self.k]
-        tot = np.subtract(self.s1[t], b)
+    def _best(self, t: int) -> tuple[np.ndarray, float]:
+        """Set f[t] and back[t] from the admissible starts; return their totals less S2[t], and the least."""
+        k = self.k
+        tot = np.subtract(self.s1[t], self.b[:k])
         np.multiply(tot, tot, out=tot)
-        np.divide(tot, np.subtract(t, pos), out=tot)
-        np.subtract(a, tot, out=tot)  # f[s] + cost(x[s:t]) + penalty - S2[t]
+        np.divide(tot, np.subtract(t, self.pos[:k]), out=tot)
+        np.subtract(self.a[:k], tot, out=tot)  # f[s] + cost(x[s:t]) + penalty - S2[t]
         j = int(tot.argmin())  # the first of equal minima: the earliest start, as ruptures
-        self.f[t] = float(tot[j]) + self.s2[t]
-        self.back[t] = int(pos[j])
-        return tot
+        best = float(tot[j])
+        self.f[t] = best + self.s2[t]
+        self.back[t] = int(self.pos[j])
+        return tot, best
 
-    def _prune(self, tot: np.ndarray, t: int) -> None:
+    def _prune(self, tot: np.ndarray, limit: float) -> None:
         """Drop the starts whose total is above f[t] + penalty (Killick's rule with K = 0, as ruptures)."""
-        limit = self.f[t] - self.s2[t] + self.pen
         if np.maximum.reduce(tot) > limit:
             keep = tot <= limit
             k = int(np.count_nonzero(keep))
@@ -148,10 +151,12 @@ class _Pelt:
 
     def run(self) -> None:
         """Fill f[t] for every allowed end t < n."""
-        for t in range(self.min_size, self.n):
-            self._admit(t - self.min_size)
-            if self.allowed[t] and self.k:
-                self._prune(self._best(t), t)
+        m, allowed = self.min_size, self.allowed
+        for t in range(m, self.n):
+            self._admit(t - m)
+            if allowed[t] and self.k:
+                tot, best = self._best(t)
+                self._prune(tot, best + self.pen)
 
     def finish(self, min_last: int) -> list[int]:
         """The change indices of the optimal partition of the whole series, whose last segment has ``min_last``+."""
