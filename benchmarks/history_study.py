@@ -135,15 +135,37 @@ def short_name(key: str) -> str:
 
 
 def mode_of(key: str) -> str:
-    """The memory mode in the test id's brackets (device, managed, zero_copy); ``other`` if none."""
+    """The memory mode in the test id's brackets (device, managed, zero_copy; the last of several parameters:
+    ``[15x15-device]``); ``other`` if none."""
     m = re.search(r"\[([^\]]+)\]", key)
-    return m.group(1) if m and m.group(1) in MODES else "other"
+    mode = m.group(1).rsplit("-", 1)[-1] if m else ""
+    return mode if mode in MODES else "other"
+
+
+def store_sessions(path: str) -> list[dict[str, list[float]]]:
+    """The sessions of a results store (``--jetmem-store``), each ``{"test[mode]:label:scope": samples}``, in the
+    order they were stored; only the memory modes of :data:`MODES`."""
+    from pytest_jetmem.history.model import commit_order
+    from pytest_jetmem.history.store import open_store
+
+    out = []
+    with open_store(path, create=False) as store:
+        for row in commit_order(store.sessions()):
+            out.append({
+                f"{r.nodeid.rsplit('::', 1)[-1]}:{r.identity.label}:{r.identity.scope}": list(r.statistics.samples)
+                for r in store.records(row.id)
+                if r.mode in MODES and r.statistics.samples
+            })
+    return out
 
 
 def load_batches(files: Sequence[str]) -> tuple[list[str], dict[str, list[np.ndarray]]]:
     """The measurements held by every file and, per measurement, one array of session medians (ms) per file."""
     sessions_per_file = []
     for f in files:
+        if f.endswith((".sqlite", ".db")):  # a results store: every session of it, one batch
+            sessions_per_file.append(store_sessions(f))
+            continue
         doc = json.loads(Path(f).read_text())
         try:
             sessions = doc["raw"]["stored"]["sessions"]["0"]

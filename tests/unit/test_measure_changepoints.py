@@ -1,0 +1,396 @@
+"""Unit tests of pytest_jetmem.measure.changepoints (no GPU): PELT against ruptures and brute force, and detect."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+import statistics
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pytest_jetmem.measure.changepoints import CONFIDENCE, ChangePoint, default_penalty, detect, pelt
+
+# R's datasets::Nile: annual flow of the Nile at Aswan, 1871-1970 (10^8 m^3; Cobb 1978). The published change
+# (the Aswan dam's construction began in 1898) puts 1899, index 28, first in the new regime.
+# fmt: off
+NILE = [
+    1120.0, 1160.0, 963.0, 1210.0, 1160.0, 1160.0, 813.0, 1230.0, 1370.0, 1140.0,
+    995.0, 935.0, 1110.0, 994.0, 1020.0, 960.0, 1180.0, 799.0, 958.0, 1140.0,
+    1100.0, 1210.0, 1150.0, 1250.0, 1260.0, 1220.0, 1030.0, 1100.0, 774.0, 840.0,
+    874.0, 694.0, 940.0, 833.0, 701.0, 916.0, 692.0, 1020.0, 1050.0, 969.0,
+    831.0, 726.0, 456.0, 824.0, 702.0, 1120.0, 1100.0, 832.0, 764.0, 821.0,
+    768.0, 845.0, 864.0, 862.0, 698.0, 845.0, 744.0, 796.0, 1040.0, 759.0,
+    781.0, 865.0, 845.0, 944.0, 984.0, 897.0, 822.0, 1010.0, 771.0, 676.0,
+    649.0, 846.0, 812.0, 742.0, 801.0, 1040.0, 860.0, 874.0, 848.0, 890.0,
+    744.0, 749.0, 838.0, 1050.0, 918.0, 986.0, 797.0, 923.0, 975.0, 815.0,
+    1020.0, 906.0, 901.0, 1170.0, 912.0, 746.0, 919.0, 718.0, 714.0, 740.0,
+]
+# fmt: on
+
+
+def _ruptures_pelt(values: np.ndarray, penalty: float, min_size: int) -> list[int]:
+    """ruptures' breakpoints, less its final n (its convention: the end of every segment)."""
+    rpt: Any = pytest.importorskip("ruptures", reason="ruptures (the dev extra) is the reference PELT")
+    bkps = rpt.Pelt(model="l2", min_size=min_size, jump=1).fit(values).predict(pen=penalty)
+    assert bkps[-1] == len(values)
+    return [int(b) for b in bkps[:-1]]
+
+
+def _piecewise(seed: int, n: int, n_changes: int, noise: float = 1.0) -> np.ndarray:
+    """A random piecewise-constant series (levels N(0, 3)) plus N(0, noise) noise."""
+    rng = np.random.default_rng(seed)
+    cps = np.sort(rng.choice(np.arange(1, n), size=min(n_changes, n - 1), replace=False))
+    levels = rng.normal(0.0, 3.0, size=cps.size + 1)
+    return np.repeat(levels, np.diff(np.r_[0, cps, n])) + rng.normal(0.0, noise, size=n)
+
+
+def _penalised_cost(values: np.ndarray, changes: list[int], penalty: float) -> float:
+    bounds = [0, *changes, len(values)]
+    segs = [values[a:b] for a, b in itertools.pairwise(bounds)]
+    return sum(float(np.sum((s - s.mean()) ** 2)) for s in segs) + penalty * len(changes)
+
+
+def _optimal_cost(values: np.ndarray, penalty: float, allowed: list[bool]) -> float:
+    """Optimal partitioning without pruning (Jackson et al. 2005), segments of 1+ starting where allowed."""
+    n = len(values)
+    best = [0.0] + [math.inf] * n
+    for t in range(1, n + 1):
+        for s in range(t):
+            if s == 0 or allowed[s]:
+                seg = values[s:t]
+                best[t] = min(best[t], best[s] + float(np.sum((seg - seg.mean()) ** 2)) + penalty)
+    return best[n] - penalty  # the first segment carries no change
+
+
+def _lognormal(seed: int, n: int, sigma: float = 0.01, level: float = 1.7) -> np.ndarray:
+    return level * np.exp(np.random.default_rng(seed).normal(0.0, sigma, size=n))
+
+
+# --- pelt ------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("min_size", [1, 2, 3, 5, 10])
+@pytest.mark.parametrize("penalty", [2e4, 5e4, 1e5, 1e6, 3e6])
+def test_pelt_matches_ruptures_on_the_nile(penalty: float, min_size: int) -> None:
+    x = np.array(NILE)
+    assert pelt(x, penalty, min_size) == _ruptures_pelt(x, penalty, min_size)
+
+
+def test_pelt_nile_cases_are_not_all_alike() -> None:
+    """The Nile penalties above give from many change points to none: the comparison covers both ends."""
+    x = np.array(NILE)
+    assert len(pelt(x, 2e4, 1)) > 10
+    assert pelt(x, 1e5, 3) == [28]
+    assert pelt(x, 3e6, 3) == []
+
+
+@pytest.mark.parametrize("seed", range(12))
+@pytest.mark.parametrize("min_size", [1, 2, 3, 5])
+def test_pelt_matches_ruptures_on_random_series(seed: int, min_size: int) -> None:
+    x = _piecewise(seed, n=40 + 7 * seed, n_changes=seed % 6)
+    for penalty in (0.5, 3.0, 10.0, 40.0):
+        assert pelt(x, penalty, min_size) == _ruptures_pelt(x, penalty, min_size), (penalty, min_size)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    n=st.integers(2, 90),
+    n_changes=st.integers(0, 8),
+    noise=st.sampled_from([0.1, 1.0, 3.0]),
+    penalty=st.floats(0.1, 100.0),
+    min_size=st.integers(1, 6),
+)
+def test_pelt_matches_ruptures_property(
+    seed: int, n: int, n_changes: int, noise: float, penalty: float, min_size: int
+) -> None:
+    x = _piecewise(seed, max(n, min_size), n_changes, noise)
+    assert pelt(x, penalty, min_size) == _ruptures_pelt(x, penalty, min_size)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    n=st.integers(1, 40),
+    penalty=st.floats(0.1, 30.0),
+    data=st.data(),
+)
+def test_pelt_is_optimal_where_starts_are_restricted(seed: int, n: int, penalty: float, data: st.DataObject) -> None:
+    """With segments of 1+ PELT's pruning is exact: its cost is the optimum, and every change sits where allowed."""
+    x = _piecewise(seed, n, n // 8)
+    allowed = data.draw(st.lists(st.booleans(), min_size=n, max_size=n))
+    changes = pelt(x, penalty, 1, allowed)
+    assert all(allowed[i] for i in changes)
+    assert changes == sorted(set(changes)) and all(0 < i < n for i in changes)
+    assert _penalised_cost(x, changes, penalty) == pytest.approx(_optimal_cost(x, penalty, allowed), rel=1e-9, abs=1e-9)
+
+
+def test_pelt_allowed_all_true_is_no_restriction() -> None:
+    x = _piecewise(3, 60, 4)
+    assert pelt(x, 2.0, 2, [True] * 60) == pelt(x, 2.0, 2) != []
+
+
+def test_pelt_allowed_moves_a_change_to_the_nearest_start() -> None:
+    x = np.r_[np.zeros(10), np.full(10, 5.0)]
+    assert pelt(x, 30.0) == [10]
+    allowed = [i % 3 == 0 for i in range(20)]  # 10 is not a start; 9 and 12 are
+    # at 9 one 0 joins ten 5s (SSD 250 / 11); at 12 two 5s join ten 0s (SSD 500 / 12); both (SSD 50 / 3) pay twice
+    assert pelt(x, 30.0, allowed=allowed) == [9]
+    assert pelt(x, 1.0, allowed=allowed) == [9, 12]
+
+
+def test_pelt_min_size_and_short_series() -> None:
+    x = np.r_[np.zeros(5), np.full(5, 5.0), np.zeros(5)]
+    assert pelt(x, 1.0, 5) == [5, 10]
+    assert pelt(x, 1.0, 6) == [9]  # segments of 6+: 9 | 6 (SSD 400 / 9 + 25 * 5 / 6) beats 6 | 9 (the mirror, later)
+    assert pelt(x[:9], 1.0, 5) == []  # shorter than two segments
+    assert pelt([], 1.0) == [] and pelt([4.0], 1.0) == []
+
+
+def test_pelt_constant_series_and_shift() -> None:
+    assert pelt([7.0] * 50, 0.0) == []
+    x = _piecewise(5, 50, 3)
+    assert pelt(x + 1e3, 2.0, 2) == pelt(x, 2.0, 2)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"values": [1.0, float("nan")], "penalty": 1.0}, r"values\[1\] = nan"),
+        ({"values": [float("inf")], "penalty": 1.0}, r"values\[0\] = inf"),
+        ({"values": [1.0, 2.0], "penalty": -1.0}, "penalty must be finite and >= 0"),
+        ({"values": [1.0, 2.0], "penalty": float("nan")}, "penalty must be finite"),
+        ({"values": [1.0, 2.0], "penalty": 1.0, "min_size": 0}, "min_size must be an integer >= 1"),
+        ({"values": [1.0, 2.0], "penalty": 1.0, "allowed": [True]}, "allowed has 1 entries"),
+    ],
+)
+def test_pelt_rejects_bad_input(kwargs: dict[str, Any], match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        pelt(**kwargs)
+
+
+# --- detect ----------------------------------------------------------------------------------------------------
+
+
+def test_detect_finds_the_nile_change_of_1899() -> None:
+    assert len(NILE) == 100
+    (cp,) = detect(NILE)
+    assert cp.index == 28
+    assert cp.ratio < 1 and cp.ci[1] < 1
+    assert cp.ci[0] <= cp.ratio <= cp.ci[1]
+    assert cp.p_value < 0.001
+    assert (cp.n_before, cp.n_after) == (28, 30)  # back to the start; on for the window of 30
+    assert cp.before_ms == statistics.median(NILE[:28])
+    assert cp.after_ms == statistics.median(NILE[28:58])
+    logs = np.log(NILE)
+    assert cp.ratio == pytest.approx(math.exp(logs[28:58].mean() - logs[:28].mean()), rel=1e-12)
+    assert cp.change_pct == pytest.approx((cp.ratio - 1) * 100)
+
+
+def test_detect_figures_of_an_exact_step() -> None:
+    (cp,) = detect([2.0] * 10 + [3.0] * 8)
+    assert (cp.index, cp.before_ms, cp.after_ms, cp.n_before, cp.n_after) == (10, 2.0, 3.0, 10, 8)
+    assert cp.ratio == pytest.approx(1.5) and cp.ci == pytest.approx((1.5, 1.5)) and cp.p_value == 0.0
+    assert cp.change_pct == pytest.approx(50.0)
+
+
+def test_detect_interval_is_the_pooled_t_interval() -> None:
+    y = np.r_[_lognormal(1, 30), 1.1 * _lognormal(2, 20)]
+    (cp,) = detect(y)
+    a, b = np.log(y[:30]), np.log(y[30:])
+    sp2 = (np.sum((a - a.mean()) ** 2) + np.sum((b - b.mean()) ** 2)) / 48
+    se = math.sqrt(sp2 * (1 / 30 + 1 / 20))
+    from pytest_jetmem.measure.stats import student_t_ppf
+
+    half = student_t_ppf(0.5 + CONFIDENCE / 2, 48) * se
+    d = b.mean() - a.mean()
+    assert cp.index == 30
+    assert cp.ci == pytest.approx((math.exp(d - half), math.exp(d + half)), rel=1e-9)
+    assert cp.ratio == pytest.approx(math.exp(d), rel=1e-12)
+
+
+def test_detect_window_bounds_the_sides() -> None:
+    y = np.r_[_lognormal(3, 100), 1.2 * _lognormal(4, 100)]
+    (cp,) = detect(y, window=12)
+    assert (cp.index, cp.n_before, cp.n_after) == (100, 12, 12)
+    assert cp.before_ms == pytest.approx(float(np.median(y[88:100])))
+    assert cp.after_ms == pytest.approx(float(np.median(y[100:112])))
+
+
+def test_detect_sides_stop_at_the_neighbouring_change() -> None:
+    y = np.r_[_lognormal(5, 40), 1.2 * _lognormal(6, 10), 1.5 * _lognormal(7, 40)]
+    first, second = detect(y)
+    assert (first.index, second.index) == (40, 50)
+    assert (first.n_before, first.n_after, second.n_before, second.n_after) == (30, 10, 10, 30)
+
+
+def test_detect_respects_commits() -> None:
+    y = np.r_[_lognormal(8, 22), 1.15 * _lognormal(9, 26)]  # the step at 22, inside the commit of points 21-23
+    groups = [f"c{i // 3}" for i in range(48)]
+    assert 22 in [cp.index for cp in detect(y)]
+    with_groups = detect(y, groups=groups)
+    assert {21, 24} & {cp.index for cp in with_groups}
+    assert all(groups[cp.index] != groups[cp.index - 1] for cp in with_groups)
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), sizes=st.lists(st.integers(1, 5), min_size=2, max_size=25), data=st.data())
+def test_detect_never_splits_a_commit(seed: int, sizes: list[int], data: st.DataObject) -> None:
+    rng = np.random.default_rng(seed)
+    groups = [c for c, k in enumerate(sizes) for _ in range(k)]
+    steps = data.draw(st.lists(st.sampled_from([1.0, 1.0, 1.1, 0.8]), min_size=len(sizes), max_size=len(sizes)))
+    levels = np.cumprod(steps)[groups]
+    y = levels * np.exp(rng.normal(0.0, 0.01, size=len(groups)))
+    for cp in detect(y, groups=groups, min_size=1):
+        assert groups[cp.index] != groups[cp.index - 1]
+
+
+def test_detect_last_segment_may_be_one_point() -> None:
+    y = _lognormal(10, 60, sigma=0.01)
+    stepped = np.r_[y, 1.1 * _lognormal(11, 1, sigma=0.01)]
+    cps = detect(stepped)
+    assert [cp.index for cp in cps] == [60]
+    assert cps[0].n_after == 1 and cps[0].ratio > 1.05
+    assert detect(y) == []
+
+
+def test_detect_interior_segments_need_min_size_points() -> None:
+    base = _lognormal(12, 61)
+    y = base.copy()
+    y[30] *= 1.3  # one session off is not a step
+    assert detect(y) == []
+    assert {30, 31} <= {cp.index for cp in detect(y, min_size=1)}  # with segments of 1+ it is
+    y = base.copy()
+    y[30:33] *= 1.3  # three sessions: an excursion up and back down
+    assert [cp.index for cp in detect(y)] == [30, 33]
+
+
+def test_detect_one_outlier_does_not_make_a_short_segment() -> None:
+    """Heavy tails: a segment of min_size points whose mean rests on one of them is not a step in the history."""
+    y = _lognormal(13, 80, sigma=0.01)
+    y[40] *= 1.3  # one session 30% off, its neighbours normal: the 3-point window around it has a mean of +10%
+    assert detect(y) == []
+    # at the end of the series, the newest point is taken as it is (a step may have just begun)
+    assert [cp.index for cp in detect(y[:41])] == [40]
+
+
+def test_detect_ten_percent_step_at_the_first_point_after_it() -> None:
+    for seed in range(5):
+        y = np.r_[_lognormal(100 + seed, 500), 1.1 * _lognormal(200 + seed, 1)]
+        cps = detect(y)
+        assert cps and cps[-1].index == 500, seed
+
+
+def test_detect_constant_series() -> None:
+    assert detect([2.5] * 200) == []
+    assert detect([2.5] * 200, groups=[i // 4 for i in range(200)]) == []
+    assert detect([1e-300] * 50) == []
+
+
+def test_detect_values_far_apart() -> None:
+    """Quotients past the range of floats give an infinite ratio, not an error or a warning."""
+    (cp,) = detect([1e-300] * 5 + [1e300] * 5)
+    assert (cp.index, cp.ratio, cp.ci, cp.p_value) == (5, math.inf, (math.inf, math.inf), 0.0)
+    (cp,) = detect([1e-300] * 5 + [1.5e-300] * 5)
+    assert cp.ratio == pytest.approx(1.5) and cp.before_ms == 1e-300
+
+
+def test_detect_short_series() -> None:
+    assert detect([]) == []
+    assert detect([3.0]) == []
+    assert detect([1.0, 2.0]) == []  # min_size 3: no first segment of 3
+    assert detect([1.0, 2.0], min_size=1) == []  # one point a side: no spread to test against
+    assert [cp.index for cp in detect([1.0, 1.0, 1.0, 2.0])] == [3]  # an exact step after three equal points
+
+
+@pytest.mark.parametrize(
+    ("values", "kwargs", "match"),
+    [
+        ([1.0, 0.0, 2.0], {}, r"values\[1\] = 0\.0: expected a finite time in ms > 0"),
+        ([1.0, 2.0, -3.0], {}, r"values\[2\] = -3\.0"),
+        ([float("nan"), 1.0], {}, r"values\[0\] = nan"),
+        ([1.0, float("inf")], {}, r"values\[1\] = inf"),
+        ([1.0, 2.0], {"groups": ["a"]}, "groups has 1 entries, expected one commit per value"),
+        ([1.0, 2.0], {"alpha": 0.0}, r"alpha must be in \(0, 1\)"),
+        ([1.0, 2.0], {"alpha": 1.0}, r"alpha must be in \(0, 1\)"),
+        ([1.0, 2.0], {"min_size": 0}, "min_size must be an integer >= 1"),
+        ([1.0, 2.0], {"window": 0}, "window must be an integer >= 1"),
+        ([1.0, 2.0], {"penalty": 0.0}, "penalty must be None or finite and > 0"),
+        ([1.0, 2.0], {"penalty": float("inf")}, "penalty must be None or finite and > 0"),
+    ],
+)
+def test_detect_rejects_bad_input(values: list[float], kwargs: dict[str, Any], match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        detect(values, **kwargs)
+
+
+def test_change_point_is_frozen() -> None:
+    cp = ChangePoint(3, 1.0, 2.0, 2.0, (1.5, 2.5), 1e-5, 3, 4)
+    assert cp.change_pct == pytest.approx(100.0)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cp.index = 4  # type: ignore[misc]
+
+
+def test_default_penalty_grows_with_the_series() -> None:
+    assert default_penalty(1000) == pytest.approx(2 * math.log(1000))
+    assert 0 < default_penalty(1) == default_penalty(2) < default_penalty(100)
+
+
+steps = st.lists(st.tuples(st.integers(1, 30), st.floats(0.7, 1.5)), min_size=1, max_size=6)
+
+
+def _stepped(seed: int, segments: list[tuple[int, float]], sigma: float) -> np.ndarray:
+    levels = np.repeat([lv for _, lv in segments], [k for k, _ in segments])
+    return 1.3 * levels * np.exp(np.random.default_rng(seed).normal(0.0, sigma, size=levels.size))
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), segments=steps, sigma=st.sampled_from([0.0, 0.003, 0.02, 0.1]))
+def test_detect_invariants(seed: int, segments: list[tuple[int, float]], sigma: float) -> None:
+    y = _stepped(seed, segments, sigma)
+    cps = detect(y)
+    idx = [cp.index for cp in cps]
+    assert idx == sorted(set(idx))
+    assert all(b - a >= 3 for a, b in zip([0, *idx], idx, strict=False))  # every segment but the last has 3+
+    for cp in cps:
+        assert 0 < cp.index < len(y)
+        assert cp.p_value < 0.001
+        assert cp.ci[0] <= cp.ratio <= cp.ci[1]
+        assert 1 <= cp.n_before <= 30 and 1 <= cp.n_after <= 30
+        assert (cp.ratio > 1) == (cp.change_pct > 0)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    segments=steps,
+    sigma=st.sampled_from([0.0, 0.005, 0.05]),
+    power=st.integers(-20, 20),
+)
+def test_detect_scaling_changes_only_the_ms_figures(
+    seed: int, segments: list[tuple[int, float]], sigma: float, power: int
+) -> None:
+    """A power of 2 scales every value exactly: the change points are the same, bit for bit, but for the ms."""
+    y = _stepped(seed, segments, sigma)
+    scale = 2.0**power
+    plain, scaled = detect(y), detect(y * scale)
+    assert [dataclasses.replace(cp, before_ms=0.0, after_ms=0.0) for cp in plain] == [
+        dataclasses.replace(cp, before_ms=0.0, after_ms=0.0) for cp in scaled
+    ]
+    for a, b in zip(plain, scaled, strict=True):
+        assert (b.before_ms, b.after_ms) == (a.before_ms * scale, a.after_ms * scale)
+
+
+def test_detect_scaling_by_any_factor() -> None:
+    y = np.r_[_lognormal(20, 40), 1.08 * _lognormal(21, 40), 0.9 * _lognormal(22, 40)]
+    plain, scaled = detect(y), detect(y * 3.7)
+    assert [cp.index for cp in plain] == [cp.index for cp in scaled] == [40, 80]
+    for a, b in zip(plain, scaled, strict=True):
+        assert b.ratio == pytest.approx(a.ratio, rel=1e-9) and b.p_value == pytest.approx(a.p_value, rel=1e-6)
+        assert b.ci == pytest.approx(a.ci, rel=1e-9)
+        assert b.before_ms == pytest.approx(3.7 * a.before_ms) and b.after_ms == pytest.approx(3.7 * a.after_ms)
