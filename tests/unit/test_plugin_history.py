@@ -184,3 +184,78 @@ def test_compare_reads_the_branch_from_the_store_and_a_driver_change_starts_a_cl
         "(driver_version * -> 13010); a new class starts with this session*"
     ])
     assert _counts(pytester.path / STORE)[0] == 4
+
+
+def test_against_stores_the_change_once_in_the_parent(pytester: pytest.Pytester) -> None:
+    """``--jetmem-against``: the base and the change run in child sessions; only the parent stores, once, the
+    change's records (each with the base it was measured against)."""
+    pytester.makeconftest(conftest_source("dgpu", kernel_ms=0.1))
+    pytester.makepyfile(test_b=inner(BASE_FILE))
+    commit = _repo(pytester)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--jetmem-store", "--jetmem-against=HEAD")
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    assert sum("jetmem: stored 3 measurement(s)" in line for line in result.outlines) == 1
+    with open_store(str(pytester.path / STORE), create=False) as store:
+        (row,) = store.sessions()
+        records = store.records(row.id)
+    assert row.context.commit == commit and len(records) == 3
+    labels = {r.judgement.against.label if r.judgement.against is not None else None for r in records}
+    assert len(labels) == 1 and None not in labels and "HEAD" in str(labels), labels
+
+
+def test_benchmark_json_is_imported_as_the_session_it_was(
+    pytester: pytest.Pytester, install_fake_driver: InstallFake
+) -> None:
+    from pytest_jetmem.cli import main
+
+    install_fake_driver("orin", kernel_ms=0.1)
+    pytester.makepyfile(test_b=inner(BASE_FILE))
+    assert pytester.runpytest("--jetmem-benchmark-json=bench.json", "--jetmem-report=r.html").ret == 0
+    target = pytester.path / "imported.sqlite"
+    bench = pytester.path / "bench.json"
+    assert main(["history", "import", "--store", str(target), str(bench), "--branch", "main",
+                 "--commit", "abc123"]) == 0
+    assert main(["history", "import", "--store", str(target), str(bench)]) == 0  # again: already stored
+    with open_store(str(target), create=False) as store:
+        (row,) = store.sessions()
+        records = {r.nodeid: r for r in store.records(row.id)}
+    assert (row.context.branch, row.context.commit, row.origin) == ("main", "abc123", "import:benchmark-json")
+    assert row.machine.device_name == "Orin"
+    import json
+
+    for reported in json.loads((pytester.path / "r.json").read_text())["rows"]:
+        back = records[reported["nodeid"]]
+        assert (back.identity.label, back.identity.scope) == (reported["label"], reported["scope"])
+        assert back.statistics.samples == pytest.approx(reported["samples"], rel=1e-12)  # s -> ms: exact enough
+
+
+UNREACHABLE_AT_THE_END = """
+import os, shutil
+from pathlib import Path
+
+def test_zz_store_goes_away():
+    store = Path(os.environ["STORE_UNDER_TEST"])
+    store.unlink()
+    store.mkdir()  # a directory where the store was: it cannot be opened at the end
+"""
+
+
+def test_a_store_gone_at_the_end_keeps_the_session_aside_for_import(
+    pytester: pytest.Pytester, install_fake_driver: InstallFake, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pytest_jetmem.cli import main
+
+    install_fake_driver("orin", kernel_ms=0.1)
+    store = pytester.path / "h.sqlite"
+    monkeypatch.setenv("STORE_UNDER_TEST", str(store))
+    pytester.makepyfile(test_b=inner(BASE_FILE + UNREACHABLE_AT_THE_END))
+    result = pytester.runpytest(f"--jetmem-store={store}")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    (kept,) = (pytester.path / ".jetmem" / "unstored").glob("*.json")
+    line = [ln for ln in result.outlines if "jetmem: error: --jetmem-store" in ln]
+    assert len(line) == 1 and "is a directory" in line[0] and str(kept) in line[0]
+    target = pytester.path / "later.sqlite"
+    assert main(["history", "import", "--store", str(target), str(kept.parent)]) == 0
+    with open_store(str(target), create=False) as opened:
+        (row,) = opened.sessions()
+        assert len(opened.records(row.id)) == 3
