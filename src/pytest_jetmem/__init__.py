@@ -38,8 +38,8 @@ if TYPE_CHECKING:
         LaunchArgumentError,
         RecordError,
         RecordVersionError,
-        TegraStrictError,
         StoreError,
+        TegraStrictError,
         WireError,
     )
     from pytest_jetmem.handle import Jetmem, open_handle
@@ -105,8 +105,8 @@ __all__ = [  # the same names as _EXPORTS, spelled out for type checkers and lin
     "Measurement",
     "RecordError",
     "RecordVersionError",
-    "TegraStrictError",
     "StoreError",
+    "TegraStrictError",
     "WireError",
     "__version__",
     "attach",
