@@ -11,7 +11,7 @@ import argparse
 import getpass
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn, TextIO
@@ -19,7 +19,13 @@ from typing import TYPE_CHECKING, NoReturn, TextIO
 from pytest_jetmem.errors import BaselineError, RecordError, StoreError
 
 if TYPE_CHECKING:
+    from pytest_jetmem.history.analysis import Change, Series
+    from pytest_jetmem.history.model import SeriesKey, SessionRow
     from pytest_jetmem.history.store import Store
+    from pytest_jetmem.machine.fingerprint import Machine
+
+    #: A change point's place in ``show``: its series, its device and the uid of its first session after.
+    _Mark = tuple[SeriesKey, str, str]
 
 __all__ = ["main"]
 
@@ -107,23 +113,65 @@ def _branch(args: argparse.Namespace, store: Store) -> str | None:
     return default_branch(store, Path.cwd())
 
 
-def _since_key(since: str, store: Store, branch: str | None) -> str:
-    """The commit-order key after which a change point counts: a date's ISO text, or the newest session of the
-    commit ``since`` names."""
+def _date_key(since: str) -> str | None:
+    """``since`` as a date's commit-order key (ISO 8601 UTC text, to the second; a time without a zone is UTC);
+    None where ``since`` is not a date."""
     try:
         moment = datetime.fromisoformat(since.replace("Z", "+00:00"))
     except ValueError:
-        moment = None
-    if moment is not None:
-        if moment.tzinfo is None:
-            moment = moment.replace(tzinfo=timezone.utc)
-        return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        return None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=timezone.utc)
+    return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _commit_key(since: str, store: Store, branch: str | None) -> str:
+    """The commit-order key of the newest session of the one stored commit of ``branch`` that starts with
+    ``since``; _UsageError where no commit or more than one starts so."""
     matches = [r for r in store.sessions(branch=branch) if r.context.commit and r.context.commit.startswith(since)]
     if not matches or len({r.context.commit for r in matches}) > 1:
         what = "no stored session of that commit" if not matches else "more than one commit starts so"
         raise _UsageError(f"--since={since}: expected a date (YYYY-MM-DD) or a stored commit of branch "
                           f"{branch!r}: {what}")
-    return str(max(r.context.commit_time or r.started for r in matches))
+    return str(max(_order_key(r) for r in matches))
+
+
+def _since_key(since: str, store: Store, branch: str | None) -> str:
+    """The commit-order key after which a change point counts: a date's ISO text, or the newest session of the
+    commit ``since`` names."""
+    key = _date_key(since)
+    return key if key is not None else _commit_key(since, store, branch)
+
+
+def _order_key(row: SessionRow) -> str:
+    """A session's commit-order key: its commit time, else when it started (both ISO 8601, UTC)."""
+    return row.context.commit_time or row.started
+
+
+def _is_failing(change: Change, min_pct: float, since: str | None) -> bool:
+    """Whether ``change`` fails ``regressions``: an unacknowledged regression of at least ``min_pct`` percent whose
+    first session after is later than ``since`` (a commit-order key; None: any)."""
+    return (change.regression and change.ack is None and change.point.change_pct >= min_pct
+            and (since is None or _order_key(change.after) > since))
+
+
+def _status(change: Change, failing: Sequence[Change]) -> str:
+    """The head of a change point's ``regressions`` line: ``acknowledged (REASON)``; else ``REGRESSION`` where it is
+    in ``failing``; else ``regression``, ``improvement`` (the ratio's whole interval below 1) or ``change``."""
+    if change.ack is not None:
+        return f"acknowledged ({change.ack.reason})"
+    if change in failing:
+        return "REGRESSION"
+    if change.regression:
+        return "regression"
+    return "improvement" if change.point.ci[1] < 1.0 else "change"
+
+
+def _change_line(change: Change, status: str) -> str:
+    """One change point's ``regressions`` line (newline included), headed by ``status``."""
+    return (f"{status}: {change.series.name} on {change.device}: {change.magnitude_text}, "
+            f"{change.point.before_ms:.4g} -> {change.point.after_ms:.4g} ms, between {change.before.short_commit} "
+            f"and {change.after.short_commit}; cause: {change.cause_text}\n")
 
 
 def _regressions(args: argparse.Namespace, out: TextIO) -> int:
@@ -133,19 +181,12 @@ def _regressions(args: argparse.Namespace, out: TextIO) -> int:
         branch = _branch(args, store)
         since = _since_key(args.since, store, branch) if args.since else None
         found = changes(store, branch)
-    found.sort(key=lambda c: (c.after.context.commit_time or c.after.started), reverse=True)
-    failing = [c for c in found if c.regression and c.ack is None and c.point.change_pct >= args.min_pct
-               and (since is None or (c.after.context.commit_time or c.after.started) > since)]
+    found.sort(key=lambda c: _order_key(c.after), reverse=True)
+    failing = [c for c in found if _is_failing(c, args.min_pct, since)]
     out.write(f"branch {branch or '(all)'}: {len(found)} change point(s), {len(failing)} unacknowledged "
               f"regression(s){' since ' + args.since if args.since else ''}\n")
     for c in found:
-        status = ("REGRESSION" if c in failing else "regression" if c.regression else "improvement" if
-                  c.point.ci[1] < 1.0 else "change")
-        if c.ack is not None:
-            status = f"acknowledged ({c.ack.reason})"
-        out.write(f"{status}: {c.series.name} on {c.device}: {c.magnitude_text}, "
-                  f"{c.point.before_ms:.4g} -> {c.point.after_ms:.4g} ms, between {c.before.short_commit} and "
-                  f"{c.after.short_commit}; cause: {c.cause_text}\n")
+        out.write(_change_line(c, _status(c, failing)))
     return FOUND if failing else 0
 
 
@@ -157,34 +198,67 @@ def _spark(values: Sequence[float]) -> str:
     return "".join(bars[min(7, int((v - low) / (high - low) * 8))] for v in values)
 
 
+def _chosen(store: Store, branch: str | None, test: str, mode: str | None) -> list[Series]:
+    """The series of ``branch`` whose node id contains ``test`` (and whose memory mode is ``mode``, where given);
+    _UsageError where there is none."""
+    from pytest_jetmem.history.analysis import histories
+
+    chosen = [s for s in histories(store, branch) if test in s.key.nodeid and (mode is None or s.key.mode == mode)]
+    if not chosen:
+        raise _UsageError(f"show {test}: no series of branch {branch!r} matches "
+                          f"{test!r}{' in mode ' + mode if mode else ''}")
+    return chosen
+
+
+def _machine_line(machine: Machine) -> str:
+    """The line ``show`` writes where a series enters a machine class (newline included; ``-``: unknown)."""
+    return (f"  machine class {machine.machine_class}: driver {machine.driver_version}, "
+            f"L4T {machine.l4t_release or '-'}, power mode {machine.nvpmodel_mode or '-'}, "
+            f"bindings {machine.cuda_bindings_version or '-'}\n")
+
+
+def _note(change: Change | None) -> str:
+    """What a session's ``show`` row says of the change point that starts at it: nothing where none does."""
+    if change is None:
+        return ""
+    note = f"  <- {change.magnitude_text}, cause: {change.cause_text}"
+    return note + (f" (acknowledged: {change.ack.reason})" if change.ack is not None else "")
+
+
+def _write_series(series: Series, branch: str | None, marks: Mapping[_Mark, Change], out: TextIO) -> None:
+    """Write one series as ``show`` does: a heading with its sparkline, a line per machine class it enters, a row
+    per session (its change point, from ``marks``, noted)."""
+    out.write(f"\n{series.key.name} on {series.device} (branch {branch}): {len(series.medians)} session(s)  "
+              f"{_spark(series.medians)}\n")
+    last_class = None
+    for row, median in zip(series.sessions, series.medians, strict=True):
+        if row.machine.machine_class != last_class:
+            last_class = row.machine.machine_class
+            out.write(_machine_line(row.machine))
+        note = _note(marks.get((series.key, series.device, row.uid)))
+        when = _order_key(row)[:16].replace("T", " ")
+        out.write(f"    {row.short_commit:10}  {when}  {median:10.4g} ms{note}\n")
+
+
 def _show(args: argparse.Namespace, out: TextIO) -> int:
-    from pytest_jetmem.history.analysis import changes, histories
+    from pytest_jetmem.history.analysis import changes
 
     with _open(args) as store:
         branch = _branch(args, store)
-        chosen = [s for s in histories(store, branch) if args.test in s.key.nodeid
-                  and (args.mode is None or s.key.mode == args.mode)]
-        if not chosen:
-            raise _UsageError(f"show {args.test}: no series of branch {branch!r} matches "
-                              f"{args.test!r}{' in mode ' + args.mode if args.mode else ''}")
+        chosen = _chosen(store, branch, args.test, args.mode)
         marks = {(c.series, c.device, c.after.uid): c for c in changes(store, branch, keep=lambda s: s in chosen)}
     for s in chosen:
-        out.write(f"\n{s.key.name} on {s.device} (branch {branch}): {len(s.medians)} session(s)  "
-                  f"{_spark(s.medians)}\n")
-        last_class = None
-        for row, median in zip(s.sessions, s.medians, strict=True):
-            if row.machine.machine_class != last_class:
-                last_class = row.machine.machine_class
-                out.write(f"  machine class {last_class}: driver {row.machine.driver_version}, "
-                          f"L4T {row.machine.l4t_release or '-'}, power mode {row.machine.nvpmodel_mode or '-'}, "
-                          f"bindings {row.machine.cuda_bindings_version or '-'}\n")
-            change = marks.get((s.key, s.device, row.uid))
-            note = f"  <- {change.magnitude_text}, cause: {change.cause_text}" if change else ""
-            if change is not None and change.ack is not None:
-                note += f" (acknowledged: {change.ack.reason})"
-            when = (row.context.commit_time or row.started)[:16].replace("T", " ")
-            out.write(f"    {row.short_commit:10}  {when}  {median:10.4g} ms{note}\n")
+        _write_series(s, branch, marks, out)
     return 0
+
+
+def _ack_matches(change: Change, args: argparse.Namespace) -> bool:
+    """Whether ``ack``'s options pick ``change``: its node id contains the test, its memory mode is ``--mode`` and
+    its device contains ``--device`` (each where given), and its first commit after starts with ``--commit``."""
+    return (args.test in change.series.nodeid
+            and (args.mode is None or change.series.mode == args.mode)
+            and (args.device is None or args.device in change.device)
+            and (change.after.context.commit or "").startswith(args.commit))
 
 
 def _ack(args: argparse.Namespace, out: TextIO) -> int:
@@ -192,10 +266,7 @@ def _ack(args: argparse.Namespace, out: TextIO) -> int:
 
     with _open(args) as store:
         branch = _branch(args, store)
-        found = [c for c in changes(store, branch) if args.test in c.series.nodeid
-                 and (args.mode is None or c.series.mode == args.mode)
-                 and (args.device is None or args.device in c.device)
-                 and (c.after.context.commit or "").startswith(args.commit)]
+        found = [c for c in changes(store, branch) if _ack_matches(c, args)]
         if not found:
             raise _UsageError(f"ack {args.test} --commit={args.commit}: no change point of branch {branch!r} "
                               "starts at that commit for that test (pytest-jetmem history regressions lists them)")

@@ -89,27 +89,30 @@ def _commit_time(text: str) -> str | None:
         return None
 
 
-def read_context(root: str | os.PathLike[str], environ: Mapping[str, str] | None = None) -> SessionContext:
-    """The context of the code in ``root``: git's answers, the CI's variables where git has none."""
-    env = os.environ if environ is None else environ
-    root = Path(root)
-    url = ci_url(env)
-    commit = _git(root, "rev-parse", "--verify", "-q", "HEAD^{commit}")
-    if commit is None:
-        from_ci = next((env[k] for k in _COMMIT_VARS if env.get(k)), None)
-        inside = _git(root, "rev-parse", "--is-inside-work-tree") == "true"
-        why = "no commit yet" if inside else "not in a git repository"
-        note = f"{why}: the commit is unknown" if from_ci is None else f"{why}: the commit is the CI's ({from_ci})"
-        return SessionContext(commit=from_ci, branch=ci_branch(env), ci_url=url, notes=(note,))
+def _ci_context(root: Path, env: Mapping[str, str], url: str | None) -> SessionContext:
+    """The context where git knows no commit (no repository, or no commit yet): the CI's commit and branch, where
+    its variables say them, with a note saying why git could not."""
+    from_ci = next((env[k] for k in _COMMIT_VARS if env.get(k)), None)
+    inside = _git(root, "rev-parse", "--is-inside-work-tree") == "true"
+    why = "no commit yet" if inside else "not in a git repository"
+    note = f"{why}: the commit is unknown" if from_ci is None else f"{why}: the commit is the CI's ({from_ci})"
+    return SessionContext(commit=from_ci, branch=ci_branch(env), ci_url=url, notes=(note,))
+
+
+def _parents(root: Path, parent_line: str) -> tuple[tuple[str, ...] | None, tuple[str, ...]]:
+    """HEAD's parents (from ``git show``'s ``%P`` line) and the notes: None, with a note, in a shallow clone."""
+    if _git(root, "rev-parse", "--is-shallow-repository") == "true":
+        return None, ("a shallow clone: the commit's parents are unknown (fetch with --depth=0 or fetch-depth: 0)",)
+    return tuple(parent_line.split()), ()
+
+
+def _git_context(root: Path, env: Mapping[str, str], commit: str, url: str | None) -> SessionContext:
+    """The context of ``commit``, git's HEAD in ``root``: git's branch (else the CI's), commit time, parents and
+    dirty flag (None where git cannot say)."""
     branch = _git(root, "symbolic-ref", "-q", "--short", "HEAD") or ci_branch(env)
     shown = _git(root, "show", "-s", "--format=%cI%n%P", "HEAD") or ""
     time_line, _, parent_line = shown.partition("\n")
-    shallow = _git(root, "rev-parse", "--is-shallow-repository") == "true"
-    notes: list[str] = []
-    parents: tuple[str, ...] | None = tuple(parent_line.split())
-    if shallow:
-        parents = None
-        notes.append("a shallow clone: the commit's parents are unknown (fetch with --depth=0 or fetch-depth: 0)")
+    parents, notes = _parents(root, parent_line)
     status = _git(root, "status", "--porcelain", "--untracked-files=no")
     return SessionContext(
         commit=commit,
@@ -118,5 +121,16 @@ def read_context(root: str | os.PathLike[str], environ: Mapping[str, str] | None
         parents=parents,
         dirty=None if status is None else bool(status),
         ci_url=url,
-        notes=tuple(notes),
+        notes=notes,
     )
+
+
+def read_context(root: str | os.PathLike[str], environ: Mapping[str, str] | None = None) -> SessionContext:
+    """The context of the code in ``root``: git's answers, the CI's variables where git has none."""
+    env = os.environ if environ is None else environ
+    root = Path(root)
+    url = ci_url(env)
+    commit = _git(root, "rev-parse", "--verify", "-q", "HEAD^{commit}")
+    if commit is None:
+        return _ci_context(root, env, url)
+    return _git_context(root, env, commit, url)

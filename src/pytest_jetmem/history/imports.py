@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -92,28 +92,43 @@ def baseline_sessions(baseline: Baseline, digest: str, branch: str | None, commi
     ]
 
 
+def _benchmark_key(bench: Mapping[str, Any]) -> tuple[str, str]:
+    """A pytest-benchmark entry's node id and ``label:scope`` key, from its ``jetmem:KEY`` group and its
+    ``NODEID:KEY`` full name; ValueError where the entry is not one ``--jetmem-benchmark-json`` wrote."""
+    group = str(bench.get("group", ""))
+    key = group[len("jetmem:"):] if group.startswith("jetmem:") else ""
+    fullname = str(bench.get("fullname", ""))
+    if not key or not fullname.endswith(":" + key):
+        raise ValueError(f"benchmark {bench.get('name')!r}: not one --jetmem-benchmark-json wrote (group "
+                         f"{group!r})")
+    return fullname[: -len(key) - 1], key
+
+
+def _record_of_benchmark(bench: Mapping[str, Any]) -> MeasurementRecord:
+    """The measurement record of one pytest-benchmark entry (its samples, in seconds, as ms; its memory mode from
+    ``param``); ValueError / KeyError / TypeError where the entry is not one ``--jetmem-benchmark-json`` wrote."""
+    nodeid, key = _benchmark_key(bench)
+    samples = tuple(float(v) * 1e3 for v in bench["stats"]["data"])
+    extra = bench.get("extra_info") or {}
+    ident = _identity(nodeid, str(bench.get("param")), key)
+    return MeasurementRecord(ident, _statistics(samples, extra.get("first_call_ms")), Conditions(), Judgement())
+
+
+def _benchmark_context(doc: Mapping[str, Any], branch: str | None, commit: str | None) -> SessionContext:
+    """The code of a pytest-benchmark file's session: ``commit`` and ``branch`` where given, else its
+    ``commit_info``'s."""
+    commit_info = doc.get("commit_info") or {}
+    return SessionContext(commit=commit or commit_info.get("id"), branch=branch or commit_info.get("branch"))
+
+
 def benchmark_session(doc: Mapping[str, Any], digest: str, branch: str | None, commit: str | None) -> StoredSession:
     """The session of a pytest-benchmark JSON file ``--jetmem-benchmark-json`` wrote."""
     info = doc.get("machine_info") or {}
     machine = Machine.from_dict({k[len("jetmem_"):]: v for k, v in info.items() if k.startswith("jetmem_")})
-    records = []
-    for bench in doc.get("benchmarks") or []:
-        group = str(bench.get("group", ""))
-        key = group[len("jetmem:"):] if group.startswith("jetmem:") else ""
-        fullname = str(bench.get("fullname", ""))
-        if not key or not fullname.endswith(":" + key):
-            raise ValueError(f"benchmark {bench.get('name')!r}: not one --jetmem-benchmark-json wrote (group "
-                             f"{group!r})")
-        samples = tuple(float(v) * 1e3 for v in bench["stats"]["data"])
-        extra = bench.get("extra_info") or {}
-        ident = _identity(fullname[: -len(key) - 1], str(bench.get("param")), key)
-        records.append(MeasurementRecord(ident, _statistics(samples, extra.get("first_call_ms")), Conditions(),
-                                         Judgement()))
+    records = [_record_of_benchmark(bench) for bench in doc.get("benchmarks") or []]
     started = str(doc.get("datetime") or "")[:19] + "Z"
-    commit_info = doc.get("commit_info") or {}
-    context = SessionContext(commit=commit or commit_info.get("id"), branch=branch or commit_info.get("branch"))
-    return StoredSession(_uid("benchmark-json", digest), started, context, machine, tuple(records),
-                         "import:benchmark-json")
+    return StoredSession(_uid("benchmark-json", digest), started, _benchmark_context(doc, branch, commit), machine,
+                         tuple(records), "import:benchmark-json")
 
 
 def _file_sessions(path: Path, branch: str | None, commit: str | None) -> list[StoredSession]:
@@ -153,31 +168,43 @@ def _sources(path: Path) -> Iterator[Path]:
         yield path
 
 
-def import_source(store: Store, source: str, *, base: str = ".", branch: str | None = None,
-                  commit: str | None = None) -> ImportResult:
-    """Import ``source`` into ``store``. ValueError / OSError / BaselineError / StoreError saying what is wrong."""
-    result = ImportResult()
-    if _is_store(source, Path(base)):
-        with open_store(source, base, create=False) as other:
-            for row in other.sessions():
-                if store.add(other.stored_session(row)):
-                    result.added += 1
-                else:
-                    result.skipped += 1
-            for ack in other.acks():
-                result.acks += store.ack(ack.series, ack.device, ack.session_uid, ack.commit, ack.reason, ack.author)
-        return result
-    path = Path(source) if Path(source).is_absolute() else Path(base) / source
-    if not path.exists():
-        raise FileNotFoundError(f"{source}: no such file or directory")
+def _add_sessions(store: Store, sessions: Iterable[StoredSession], result: ImportResult) -> None:
+    """Add each of ``sessions`` to ``store``, counting in ``result`` those added and those already stored."""
+    for session in sessions:
+        if store.add(session):
+            result.added += 1
+        else:
+            result.skipped += 1
+
+
+def _import_store(store: Store, source: str, base: str, result: ImportResult) -> None:
+    """Import every session and acknowledgement of the store ``source`` into ``store``, counting in ``result``."""
+    with open_store(source, base, create=False) as other:
+        _add_sessions(store, (other.stored_session(row) for row in other.sessions()), result)
+        for ack in other.acks():
+            result.acks += store.ack(ack.series, ack.device, ack.session_uid, ack.commit, ack.reason, ack.author)
+
+
+def _import_files(store: Store, path: Path, branch: str | None, commit: str | None, result: ImportResult) -> None:
+    """Import the file ``path`` (or every ``*.json`` in the directory ``path``, in name order) into ``store``,
+    counting in ``result``; ValueError naming the file where one is not a source this module knows."""
     for file in _sources(path):
         try:
             sessions = _file_sessions(file, branch, commit)
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"{file}: {exc}") from None
-        for session in sessions:
-            if store.add(session):
-                result.added += 1
-            else:
-                result.skipped += 1
+        _add_sessions(store, sessions, result)
+
+
+def import_source(store: Store, source: str, *, base: str = ".", branch: str | None = None,
+                  commit: str | None = None) -> ImportResult:
+    """Import ``source`` into ``store``. ValueError / OSError / BaselineError / StoreError saying what is wrong."""
+    result = ImportResult()
+    if _is_store(source, Path(base)):
+        _import_store(store, source, base, result)
+        return result
+    path = Path(source) if Path(source).is_absolute() else Path(base) / source
+    if not path.exists():
+        raise FileNotFoundError(f"{source}: no such file or directory")
+    _import_files(store, path, branch, commit, result)
     return result
