@@ -538,6 +538,7 @@ def markdown(doc: dict[str, Any]) -> str:
             f"| {t.get('view', 'ours')} | {t['sampling']} | {t['mode']} | {t['target']} | {t['measured']} | "
             f"{'yes' if t['met'] else 'NO'} |"
         )
+    lines += scope_lines(doc)
     tm = doc["timing"]
     lines += [
         "",
@@ -553,6 +554,39 @@ def markdown(doc: dict[str, Any]) -> str:
         f"Machine: {doc['machine']}.",
     ]
     return "\n".join(lines) + "\n"
+
+
+def _caught(per: dict[str, Any], keys: list[str], step: str, k: str) -> str:
+    """The fraction of the series of ``keys`` that caught a ``step``% step within ``k`` commits."""
+    series = sum(per[m]["series"] for m in keys)
+    hits = sum(per[m]["caught"].get(step, {}).get(k, 0) for m in keys)
+    return f"{100 * hits / series:.1f}%"
+
+
+def scope_lines(doc: dict[str, Any]) -> list[str]:
+    """Per scope (kernel, end_to_end, ...) and mode (device, managed), iid histories: the median session noise, false
+    change points per 1000 commits per series and the fraction caught, per view."""
+    length = doc["config"]["length"]
+    facts = doc["data"]["measurements"]
+    lines = ["", "## By scope (iid, device and managed)", "",
+             "| view | scope | mode | measurements | median noise | false / 1000 | 3% within 5 | 5% within 3 | "
+             "10% within 1 |", "|---|---|---|---|---|---|---|---|---|"]
+    for view, per_sampling in doc["by_measurement"].items():
+        per = per_sampling["iid"]
+        scopes = sorted({k.rsplit(":", 1)[-1] for k in per})
+        for scope in scopes:
+            for mode in ("device", "managed"):
+                keys = [k for k in per if k.rsplit(":", 1)[-1] == scope and mode_of(k) == mode]
+                if not keys:
+                    continue
+                series = sum(per[k]["series"] for k in keys)
+                false = sum(per[k]["false"] for k in keys)
+
+                noise = float(np.median([facts[k]["noise_pct"] for k in keys]))
+                lines.append(f"| {view} | {scope} | {mode} | {len(keys)} | {noise:.2f}% | "
+                             f"{1000 * false / (series * length):.3f} | {_caught(per, keys, '3', '5')} | "
+                             f"{_caught(per, keys, '5', '3')} | {_caught(per, keys, '10', '1')} |")
+    return lines
 
 
 def targets(by_mode: dict[str, Any], length: int, view: str = "ours") -> list[dict[str, Any]]:
@@ -608,7 +642,12 @@ def main() -> None:
     ap.add_argument("--asv-python", default="/tmp/asv-env/bin/python")
     ap.add_argument("--otava-python", default="/tmp/otava-env/bin/python")
     ap.add_argument("--tools", nargs="+", default=["ours", "asv", "otava"], choices=("ours", "asv", "otava"))
+    ap.add_argument("--markdown-only", action="store_true", help="write study.md again from --out's study.json")
     args = ap.parse_args()
+    if args.markdown_only:
+        stored = json.loads((Path(args.out) / "study.json").read_text())
+        (Path(args.out) / "study.md").write_text(markdown(stored))
+        return
     if not 0 < args.at < args.length or max(args.within) + args.at > args.length:
         raise SystemExit(f"--at {args.at} with --within {args.within}: expected 0 < at and at + k <= --length")
     nf = args.histories if args.foreign_histories is None else min(args.foreign_histories, args.histories)
