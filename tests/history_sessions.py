@@ -44,7 +44,9 @@ def session(seed: int, *, tests: int = 4, machine: Machine = ORIN, branch: str =
     minute = f"2026-11-{1 + seed // 1440:02d}T{(seed // 60) % 24:02d}:{seed % 60:02d}:00Z"
     context = SessionContext(commit=commit_of(seed), branch=branch, commit_time=minute,
                              parents=(commit_of(seed - 1),) if seed else (), dirty=False)
-    return StoredSession(f"session-{seed}", minute, context, machine, records, "pytest", "0.1.0")
+    facts = {"name": machine.device_name, "integrated": machine.l4t_release is not None,
+             "concurrent_managed_access": machine.l4t_release is None, "pageable_memory_access": False}
+    return StoredSession(f"session-{seed}", minute, context, machine, records, "pytest", "0.1.0", facts)
 
 
 def history(store: Store) -> list[tuple[object, ...]]:
@@ -53,7 +55,8 @@ def history(store: Store) -> list[tuple[object, ...]]:
     out: list[tuple[object, ...]] = []
     for row in store.sessions():
         for rec in store.records(row.id):
-            out.append((row.uid, row.started, row.context, row.machine, rec.identity, rec.statistics))
+            out.append((row.uid, row.started, row.context, row.machine, row.device_facts, rec.identity,
+                        rec.statistics))
     out.extend(("ack", a.series, a.device, a.session_uid, a.reason) for a in store.acks())
     assert len({(k.nodeid, k.mode, k.label, k.scope) for k in names.values()}) == len(names)  # no series twice
     return sorted(out, key=repr)

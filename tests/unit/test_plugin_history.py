@@ -60,6 +60,7 @@ def test_a_session_is_stored_once_with_its_commit(pytester: pytest.Pytester, ins
         assert row.context.commit == commit and row.context.branch == "main" and row.context.parents == ()
         assert row.context.dirty is False  # the test file is committed; .jetmem is ignored
         assert row.machine.device_name and row.origin == "pytest"
+        assert row.device_facts is not None and row.device_facts["integrated"] is True  # the Orin: what advice needs
         records = store.records(row.id)
     names = sorted(r.nodeid.rsplit("::", 1)[-1] for r in records)
     assert names == ["test_gated[device]", "test_opted_out[device]", "test_unmarked[device]"]

@@ -53,6 +53,9 @@ class StoredSession:
     records: tuple[MeasurementRecord, ...]
     origin: str = "pytest"  # or "import:baseline", "import:benchmark-json", "import:store"
     plugin_version: str = ""
+    #: what the advice needs of the device (``DeviceFacts.to_json()``: integrated, CONCURRENT_MANAGED_ACCESS,
+    #: PAGEABLE_MEMORY_ACCESS); None: not known (an imported file)
+    device_facts: dict[str, object] | None = None
 
 
 @dataclass(frozen=True)
@@ -67,6 +70,7 @@ class SessionRow:
     machine: Machine
     origin: str
     plugin_version: str
+    device_facts: dict[str, object] | None = None
 
     @property
     def short_commit(self) -> str:

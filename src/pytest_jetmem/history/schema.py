@@ -9,8 +9,8 @@ Tables (``{id}``, ``{blob}``, ``{real}`` are the dialect's types: :data:`DIALECT
 
 - ``jetmem_sessions``: one row per stored session: ``uid`` (the pytest session's id: storing it again adds
   nothing), when it started and was stored, the code (commit, branch, commit time, parents, dirty), the CI run's
-  URL, the machine (``device``, ``machine_class`` and every field as JSON), where it came from (``origin``) and the
-  pytest-jetmem version that stored it.
+  URL, the machine (``device``, ``machine_class``, every field as JSON, the device facts the advice needs),
+  where it came from (``origin``) and the pytest-jetmem version that stored it.
 - ``jetmem_series``: one row per measured thing: the test's node id, the test without its memory mode, the memory
   mode, the measure call's label and scope.
 - ``jetmem_measurements``: one row per session and series: median, MAD, count, runs, verdict, the samples
@@ -75,6 +75,7 @@ _V1 = (
         device TEXT NOT NULL,
         machine_class TEXT NOT NULL,
         machine TEXT NOT NULL,
+        device_facts TEXT,
         origin TEXT NOT NULL,
         plugin_version TEXT NOT NULL
     )""",

@@ -48,6 +48,7 @@ def session_file_bytes(session: StoredSession) -> bytes:
         "plugin_version": session.plugin_version,
         "context": session.context.to_dict(),
         "machine": session.machine.to_dict(),
+        "device_facts": session.device_facts,
         "records": [_finite(r.to_json()) for r in session.records],
     }
     return json.dumps(doc, indent=1, allow_nan=False).encode() + b"\n"
@@ -86,4 +87,5 @@ def read_session_file(doc: Mapping[str, Any]) -> StoredSession:
         records=tuple(MeasurementRecord.from_json(r) for r in records),
         origin=str(doc.get("origin", "pytest")),
         plugin_version=str(doc.get("plugin_version", "")),
+        device_facts=doc.get("device_facts") if isinstance(doc.get("device_facts"), dict) else None,
     )

@@ -287,14 +287,15 @@ class Store:
             self._run(
                 cur,
                 "INSERT INTO jetmem_sessions (uid, started, stored, commit_sha, branch, commit_time, parents, dirty, "
-                "ci_url, device, machine_class, machine, origin, plugin_version) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (uid) DO NOTHING",
+                "ci_url, device, machine_class, machine, device_facts, origin, plugin_version) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (uid) DO NOTHING",
                 (
                     session.uid, session.started, utc_iso(), ctx.commit, ctx.branch, ctx.commit_time,
                     " ".join(ctx.parents) if ctx.parents is not None else None,
                     None if ctx.dirty is None else int(ctx.dirty), ctx.ci_url, machine.device,
-                    machine.machine_class, json.dumps(machine.to_dict(), sort_keys=True), session.origin,
-                    session.plugin_version,
+                    machine.machine_class, json.dumps(machine.to_dict(), sort_keys=True),
+                    json.dumps(session.device_facts, sort_keys=True) if session.device_facts is not None else None,
+                    session.origin, session.plugin_version,
                 ),
             )
             if cur.rowcount == 0:
@@ -354,7 +355,8 @@ class Store:
             params.append(machine_class)
         rows = self._rows(
             "SELECT id, uid, started, stored, commit_sha, branch, commit_time, parents, dirty, ci_url, machine, "
-            "origin, plugin_version FROM jetmem_sessions" + (" WHERE " + " AND ".join(where) if where else "")
+            "origin, plugin_version, device_facts FROM jetmem_sessions"
+            + (" WHERE " + " AND ".join(where) if where else "")
             + " ORDER BY id",
             params,
         )
@@ -393,7 +395,7 @@ class Store:
     def stored_session(self, row: SessionRow) -> StoredSession:
         """Session ``row`` with its records, as :meth:`add` takes it (to copy it into another store)."""
         return StoredSession(row.uid, row.started, row.context, row.machine, tuple(self.records(row.id)),
-                             row.origin, row.plugin_version)
+                             row.origin, row.plugin_version, row.device_facts)
 
     def acks(self) -> list[Ack]:
         rows = self._rows(
@@ -410,7 +412,7 @@ class Store:
 
 
 def _session_row(row: Sequence[Any]) -> SessionRow:
-    (id_, uid, started, stored, commit, branch, commit_time, parents, dirty, url, machine, origin, version) = row
+    (id_, uid, started, stored, commit, branch, commit_time, parents, dirty, url, machine, origin, version, facts) = row
     context = SessionContext(
         commit=commit,
         branch=branch,
@@ -419,7 +421,8 @@ def _session_row(row: Sequence[Any]) -> SessionRow:
         dirty=None if dirty is None else bool(dirty),
         ci_url=url,
     )
-    return SessionRow(int(id_), uid, started, stored, context, Machine.from_dict(json.loads(machine)), origin, version)
+    return SessionRow(int(id_), uid, started, stored, context, Machine.from_dict(json.loads(machine)), origin, version,
+                      json.loads(facts) if facts else None)
 
 
 def open_store(text: str, base: str | os.PathLike[str] = ".", *, create: bool = True, write: bool = False) -> Store:

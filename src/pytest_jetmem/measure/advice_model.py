@@ -109,6 +109,17 @@ class DeviceFacts:
             "kind": self.kind.value,
         }
 
+    @classmethod
+    def from_json(cls, data: object) -> DeviceFacts | None:
+        """Inverse of :meth:`to_json` (``kind`` is derived); None where ``data`` is not such an object."""
+        if not isinstance(data, dict):
+            return None
+        name, flags = data.get("name"), [data.get(k) for k in ("integrated", "concurrent_managed_access",
+                                                              "pageable_memory_access")]
+        if not isinstance(name, str) or not all(isinstance(f, bool) for f in flags):
+            return None
+        return cls(name, bool(flags[0]), bool(flags[1]), bool(flags[2]))
+
 
 def device_kind(facts: DeviceFacts | None) -> DeviceKind:
     """The kind of device ``facts`` describe (UNKNOWN: no facts)."""

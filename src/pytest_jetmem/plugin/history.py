@@ -95,8 +95,14 @@ def _store(session: pytest.Session, gate: GateSession, storing: _Storing, machin
     from pytest_jetmem.history.model import StoredSession
     from pytest_jetmem.history.store import open_store
 
+    info = gate.device.probed_info
+    facts = None
+    if info is not None:
+        from pytest_jetmem.measure.advice_model import DeviceFacts
+
+        facts = DeviceFacts.of(info).to_json()
     stored = StoredSession(gate.session_id, storing.started, storing.context, machine, tuple(gate.rows),
-                           "pytest", __version__)
+                           "pytest", __version__, facts)
     for note in storing.context.notes:  # said once, stored as unknown
         storing.lines.append((f"jetmem: {note}", True))
     try:
