@@ -375,6 +375,11 @@ class Store:
         wanted = set(session_ids)
         return [(int(a), int(b), float(c)) for a, b, c in rows if int(a) in wanted]
 
+    def points(self) -> list[tuple[int, int, float, float, int]]:
+        """(session id, series id, median ms, MAD ms, samples) of every stored measurement, without decoding samples."""
+        rows = self._rows("SELECT session_id, series_id, median, mad, n FROM jetmem_measurements")
+        return [(int(a), int(b), float(c), float(d), int(e)) for a, b, c, d, e in rows]
+
     def records(self, session_id: int) -> list[MeasurementRecord]:
         """The measurement records of one stored session, samples and all."""
         rows = self._rows("SELECT samples, record FROM jetmem_measurements WHERE session_id = ? ORDER BY series_id",
