@@ -80,6 +80,9 @@ def _parser() -> argparse.ArgumentParser:
     common(imp)
     imp.add_argument("sources", nargs="+", metavar="SOURCE")
     imp.add_argument("--commit", help="the commit of imported files that do not say it")
+    fleet = sub.add_parser("fleet", help="per test, the memory mode the advice picks on each machine class")
+    common(fleet)
+    fleet.add_argument("--json", action="store_true", help="the matrix as JSON")
     exp = sub.add_parser("export", help="the history for Bencher, github-action-benchmark or Apache Otava")
     common(exp)
     exp.add_argument("--format", required=True, dest="fmt", metavar="FORMAT",
@@ -313,7 +316,24 @@ def _export(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
-_ACTIONS = {"regressions": _regressions, "show": _show, "ack": _ack, "import": _import, "export": _export}
+def _fleet(args: argparse.Namespace, out: TextIO) -> int:
+    import json
+
+    from pytest_jetmem.history.fleet import fleet_matrix
+
+    with _open(args) as store:
+        branch = _branch(args, store)
+        matrix = fleet_matrix(store, branch)
+    if args.json:
+        out.write(json.dumps({"branch": branch, **matrix.to_json()}, indent=1, allow_nan=False) + "\n")
+    else:
+        out.write(f"branch {branch or '(all)'}: the mode the advice picks from each machine class's newest session\n")
+        out.write(matrix.text().rstrip("\n") + "\n")
+    return 0
+
+
+_ACTIONS = {"regressions": _regressions, "show": _show, "ack": _ack, "import": _import, "export": _export,
+            "fleet": _fleet}
 
 
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:

@@ -25,6 +25,14 @@ from pytest_jetmem.cuda.workspace import Workspace
 from pytest_jetmem.handle import Jetmem
 
 
+@pytest.fixture(autouse=True)
+def _no_outputs_of_the_callers_ci(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A results store or a job summary of the environment this suite runs in (a developer's JETMEM_STORE, GitHub
+    Actions' GITHUB_STEP_SUMMARY) never receives the inner runs' sessions; the tests of those set their own."""
+    monkeypatch.delenv("JETMEM_STORE", raising=False)
+    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
+
+
 @pytest.fixture
 def make_fake(restore_driver_backend: None, jetmem_kernel_cache: Any) -> Callable[..., AsyncFake]:
     def make(profile: str = "orin", **options: Any) -> AsyncFake:

@@ -240,7 +240,8 @@ def test_output_is_captured_and_tail_truncated(tmp_path: Path) -> None:
 
 def test_env_is_whole_environment() -> None:
     code = "import os; print(sorted(k for k in os.environ if k.startswith('JETMEM_T')))"
-    env = {**child_env(), "JETMEM_TEST_X": "1"}
+    # the caller's own JETMEM_T* variables (CI sets JETMEM_TEST_POSTGRES) left out: the child sees exactly this env
+    env = {**{k: v for k, v in child_env().items() if not k.startswith("JETMEM_T")}, "JETMEM_TEST_X": "1"}
     r = run_argv([sys.executable, "-c", code], env=env)
     assert r.stdout.strip() == "['JETMEM_TEST_X']"
 

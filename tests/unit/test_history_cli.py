@@ -170,3 +170,13 @@ def test_the_console_script_is_installed(store: str) -> None:
     done = subprocess.run([exe, "history", "regressions", "--store", store], capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 1 and "unacknowledged regression(s)" in done.stdout
+
+
+def test_fleet_in_the_terminal_and_as_json(store: str) -> None:
+    code, text = run("history", "fleet", "--store", store)
+    assert code == 0 and text.startswith("branch main: the mode the advice picks")
+    assert "Orin (sm_87)" in text and "L4T 36.5.0" in text  # the upgraded class is a column of its own
+    code, text = run("history", "fleet", "--store", store, "--json")
+    doc = json.loads(text)
+    assert code == 0 and doc["branch"] == "main" and len(doc["classes"]) == 2
+    assert doc["rows"] and all("cells" in row for row in doc["rows"])

@@ -131,6 +131,7 @@ def test_parent_only_settings_come_from_the_option_table() -> None:
         "--jetmem-report",
         "--jetmem-benchmark-json",
         "--jetmem-against",
+        "--jetmem-summary",
     }
     assert options.setting("window").ini_default == str(WINDOW_SESSIONS)
 

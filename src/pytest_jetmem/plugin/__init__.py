@@ -9,6 +9,7 @@
 - :mod:`~pytest_jetmem.plugin.against`: ``--jetmem-against``, the base and the change measured in turns;
 - :mod:`~pytest_jetmem.plugin.relay`: after a sticky CUDA error, later GPU tests run in a fresh child session;
 - :mod:`~pytest_jetmem.plugin.history`: ``--jetmem-store``, every session kept in the results store;
+- :mod:`~pytest_jetmem.plugin.summary`: ``--jetmem-summary`` and ``$GITHUB_STEP_SUMMARY``, the CI summary in Markdown;
 - :mod:`~pytest_jetmem.plugin.benchdir`: no empty ``.benchmarks/`` left behind by pytest-benchmark;
 - :mod:`~pytest_jetmem.plugin.nogpu`: without a GPU, ``jetmem`` tests compile and check their kernels
   (``--jetmem-arch``), and the ini key ``jetmem_include_dirs``.
@@ -36,5 +37,6 @@ pytest_plugins = [
     "pytest_jetmem.plugin.relay",
     "pytest_jetmem.plugin.benchdir",
     "pytest_jetmem.plugin.history",
+    "pytest_jetmem.plugin.summary",
     "pytest_jetmem.plugin.core",  # last: it imports the halves above
 ]

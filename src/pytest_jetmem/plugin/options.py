@@ -217,6 +217,16 @@ SETTINGS: tuple[Setting, ...] = (
         ini_help="write the HTML timing report to this path (relative to the rootdir), like --jetmem-report",
         child=False,  # a child's rows travel to its parent, which writes the report
     ),
+    # the summary half
+    Setting(
+        "summary",
+        "append a Markdown summary of the measurements (regressed first) to PATH at the end of the session; "
+        "default $GITHUB_STEP_SUMMARY, the job summary file GitHub Actions sets",
+        metavar="PATH",
+        ini_help="append the Markdown summary of the measurements to this path (relative to the rootdir), "
+        "like --jetmem-summary",
+        child=False,  # the parent writes the one section, with its children's records
+    ),
     # the advice half
     Setting(
         "advice",

@@ -1,0 +1,457 @@
+"""``pytest-jetmem history publish DIR``: a results store as a static site that opens from disk.
+
+:func:`publish` writes, for one branch (None: every branch):
+
+- ``index.html``: every change point, the newest unacknowledged first, each with its series' sparkline, its magnitude
+  and 99% interval, its commit range and its cause (the code, or the machine fields that changed); then the
+  acknowledged ones, greyed, with their reason; then the series without a change point; links to every test page
+  and to the fleet page;
+- one page per test (the node id without the memory mode, :attr:`~.model.SeriesKey.test`), named by a slug of it
+  and 8 hex digits of its hash: for each measurement key and device, a chart of each memory mode's series
+  (:mod:`~pytest_jetmem.history.svg`: medians over the sessions in commit order, each session's spread, the
+  machine-class boundaries, the change points), then a table of the modes and a table of the change points;
+- ``fleet.html`` (the fleet matrix, :func:`~pytest_jetmem.history.fleet.fleet_matrix`, as a table with
+  ``id="fleet"``) and ``fleet.json`` (:meth:`~pytest_jetmem.history.fleet.FleetMatrix.to_json`).
+
+Nothing is fetched: no script, no font, no stylesheet but the one inline in each page (commit links go to
+``{repo_url}/commit/{sha}`` where ``repo_url`` is given). UTF-8 HTML5. The points come from
+:meth:`~pytest_jetmem.history.store.Store.points` (no samples decoded).
+
+Written atomically: the site goes to a new folder beside ``out_dir``, which then replaces ``out_dir`` (two renames);
+a publish that fails leaves the old site as it was. ``out_dir`` must be absent, empty, or a site published before
+(it holds :data:`MARKER`): a folder of other files is never replaced. GPU-free and pytest-free.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import json
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from html import escape
+from pathlib import Path
+
+from pytest_jetmem.history.analysis import Change, changes
+from pytest_jetmem.history.context import utc_iso
+from pytest_jetmem.history.fleet import FleetCell, FleetMatrix, fleet_matrix
+from pytest_jetmem.history.model import SeriesKey, SessionRow, commit_order
+from pytest_jetmem.history.store import Store
+from pytest_jetmem.history.svg import Boundary, Chart, Line, Marker, Point, series_chart, sparkline
+from pytest_jetmem.machine.fingerprint import FINGERPRINT_FIELDS, Machine
+from pytest_jetmem.measure.advice_terms import times
+
+__all__ = ["MARKER", "page_name", "publish"]
+
+#: The file that says a folder is a site :func:`publish` wrote (and may replace).
+MARKER = ".jetmem-site"
+_SHORT_FIELDS = {"device_name": "device", "compute_capability": "sm", "driver_version": "driver",
+                 "l4t_release": "L4T", "nvpmodel_mode": "power mode", "clocks_locked": "clocks locked"}
+_CSS = """
+body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;margin:1.5rem auto;max-width:1180px;
+padding:0 1rem;color:#1a1a1a;background:#fff}
+h1{font-size:1.5rem}h2{font-size:1.2rem;margin-top:2rem}h3{font-size:1rem}
+table{border-collapse:collapse;margin:.5rem 0 1.5rem}caption{text-align:left;font-weight:600;padding:.25rem 0}
+th,td{border-bottom:1px solid #ddd;padding:.3rem .55rem;text-align:left;vertical-align:top}
+th{background:#f3f3f3}td.num{text-align:right;font-variant-numeric:tabular-nums}
+tr.acked td{color:#666;background:#f6f6f6}tr.acked svg{opacity:.55}
+.slower{color:#b2182b;font-weight:600}.faster{color:#2166ac;font-weight:600}
+svg.chart{max-width:100%;height:auto;display:block}
+nav{margin-bottom:1rem}nav a{margin-right:1rem}code{font-size:12.5px}
+.pick{font-weight:600}.note{color:#555;font-size:12.5px}
+a:focus{outline:2px solid #0072B2}
+"""
+
+
+# -- the data ------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Track:
+    """One series on one device: its sessions' places in commit order, medians and MADs (ms)."""
+
+    key: SeriesKey
+    device: str
+    places: tuple[int, ...]
+    medians: tuple[float, ...]
+    mads: tuple[float, ...]
+
+    @property
+    def name(self) -> str:
+        return f"{self.key.name} on {self.device}"
+
+
+@dataclass(frozen=True)
+class _Data:
+    """What the pages show: the sessions in commit order, the series and their change points."""
+
+    branch: str | None
+    rows: tuple[SessionRow, ...]
+    tracks: tuple[_Track, ...]
+    changes: tuple[Change, ...]
+    place: dict[str, int]  # session uid -> its place in commit order
+    modes: tuple[str, ...]  # every memory mode, sorted: a mode's style is its place here
+    classes: tuple[str, ...]  # the machine class of each session, in commit order
+
+    def changes_of(self, track: _Track) -> list[Change]:
+        return [c for c in self.changes if c.series == track.key and c.device == track.device]
+
+
+def _load(store: Store, branch: str | None) -> _Data:
+    """The sessions of ``branch`` in commit order and every series' points (medians above 0, as the analysis)."""
+    rows = tuple(commit_order(store.sessions(branch=branch)))
+    place = {row.id: i for i, row in enumerate(rows)}
+    names = store.series()
+    points: dict[tuple[int, str], list[tuple[int, float, float]]] = {}
+    for session_id, series_id, median, mad, _ in store.points():
+        i = place.get(session_id)
+        if i is not None and median > 0:
+            points.setdefault((series_id, rows[i].machine.device), []).append((i, median, mad))
+    tracks = []
+    for (series_id, device), pts in points.items():
+        pts.sort()
+        tracks.append(_Track(names[series_id], device, tuple(p[0] for p in pts), tuple(p[1] for p in pts),
+                             tuple(p[2] for p in pts)))
+    tracks.sort(key=lambda t: (t.key.name, t.device))
+    found = tuple(changes(store, branch))
+    modes = tuple(sorted({t.key.mode for t in tracks}))
+    return _Data(branch, rows, tuple(tracks), found, {row.uid: i for i, row in enumerate(rows)}, modes,
+                 tuple(row.machine.machine_class for row in rows))
+
+
+# -- shared HTML ---------------------------------------------------------------------------------------------------
+
+
+def page_name(test: str) -> str:
+    """The file name of ``test``'s page: ``test-`` + a slug of it (at most 60 characters) + 8 hex digits of its
+    SHA-1 + ``.html`` (two tests with one slug get two names)."""
+    slug = re.sub(r"[^A-Za-z0-9_]+", "-", test).strip("-")[:60].strip("-") or "test"
+    return f"test-{slug}-{hashlib.sha1(test.encode()).hexdigest()[:8]}.html"
+
+
+def _anchor(key: str, device: str) -> str:
+    """The id of a chart in its test page."""
+    return "c-" + hashlib.sha1(f"{key}\n{device}".encode()).hexdigest()[:10]
+
+
+def _page(title: str, body: Iterable[str]) -> str:
+    """A whole HTML5 page: ``lang``, UTF-8, a title, the inline style, a navigation bar."""
+    head = (f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+            f'<meta name="viewport" content="width=device-width, initial-scale=1">\n'
+            f'<meta name="generator" content="pytest-jetmem history publish">\n<title>{escape(title)}</title>\n'
+            f"<style>{_CSS}</style>\n</head>\n<body>\n"
+            '<nav><a href="index.html">All series</a><a href="fleet.html">Fleet</a></nav>\n<main>\n')
+    foot = f'\n</main>\n<footer class="note">Published {utc_iso()}.</footer>\n</body>\n</html>\n'
+    return head + "\n".join(body) + foot
+
+
+def _commit(row: SessionRow, repo_url: str | None) -> str:
+    """A session's short commit, linked to the repository where known."""
+    sha = row.context.commit
+    if sha is None:
+        return "<code>unknown</code>"
+    short = f"<code>{escape(row.short_commit)}</code>"
+    if repo_url:
+        return f'<a href="{escape(repo_url.rstrip("/"))}/commit/{escape(sha)}" title="{escape(sha)}">{short}</a>'
+    return f'<span title="{escape(sha)}">{short}</span>'
+
+
+def _range(change: Change, repo_url: str | None) -> str:
+    return f"{_commit(change.before, repo_url)}..{_commit(change.after, repo_url)}"
+
+
+def _direction(change: Change) -> str:
+    """``▲ slower`` / ``▼ faster`` (shape and word, not colour alone)."""
+    slower = change.point.ratio > 1.0
+    return f'<span class="{"slower" if slower else "faster"}">{"▲ slower" if slower else "▼ faster"}</span>'
+
+
+def _ack_text(change: Change) -> str:
+    if change.ack is None:
+        return "unacknowledged"
+    return f"acknowledged: {escape(change.ack.reason)} ({escape(change.ack.author)}, {escape(change.ack.created)})"
+
+
+def _table(caption: str, header: Sequence[str], rows: Iterable[str], attrs: str = "") -> str:
+    """A table of ``rows`` (each a ``<tr>``), with a caption and a header row."""
+    head = "".join(f'<th scope="col">{escape(h)}</th>' for h in header)
+    return (f"<table{attrs}><caption>{escape(caption)}</caption><thead><tr>{head}</tr></thead><tbody>\n"
+            + "\n".join(rows) + "\n</tbody></table>")
+
+
+# -- the index -----------------------------------------------------------------------------------------------------
+
+
+def _spark(track: _Track, data: _Data) -> str:
+    marks = [track.places.index(data.place[c.after.uid]) for c in data.changes_of(track)
+             if data.place.get(c.after.uid) in track.places]
+    label = (f"{track.name}: {len(track.medians)} sessions, latest median {track.medians[-1]:.4g} ms, "
+             f"{len(marks)} change point(s)")
+    return sparkline(track.medians, marks, label=label)
+
+
+def _series_link(key: SeriesKey, device: str) -> str:
+    href = f"{page_name(key.test)}#{_anchor(key.key, device)}"
+    return f'<a href="{escape(href)}"><code>{escape(key.nodeid)}</code></a> <code>{escape(key.key)}</code>'
+
+
+def _change_row(change: Change, spark: str, repo_url: str | None) -> str:
+    cls = ' class="acked"' if change.ack is not None else ""
+    return (f"<tr{cls}><td>{_series_link(change.series, change.device)}</td><td>{escape(change.device)}</td>"
+            f"<td>{spark}</td><td>{_direction(change)} {escape(change.magnitude_text)}</td>"
+            f"<td>{_range(change, repo_url)}</td><td>{escape(change.cause_text)}</td><td>{_ack_text(change)}</td></tr>")
+
+
+def _quiet_row(track: _Track, spark: str) -> str:
+    return (f"<tr><td>{_series_link(track.key, track.device)}</td><td>{escape(track.device)}</td><td>{spark}</td>"
+            f'<td class="num">{len(track.medians)}</td><td class="num">{track.medians[-1]:.4g}</td></tr>')
+
+
+def _index(data: _Data, repo_url: str | None) -> str:
+    """The index page: unacknowledged change points (newest first), acknowledged ones, series without any."""
+    sparks = {(t.key, t.device): _spark(t, data) for t in data.tracks}
+    newest = sorted(data.changes, key=lambda c: (-data.place[c.after.uid], c.series.name, c.device))
+    open_, acked = [c for c in newest if c.ack is None], [c for c in newest if c.ack is not None]
+    with_changes = {(c.series, c.device) for c in data.changes}
+    quiet = [t for t in data.tracks if (t.key, t.device) not in with_changes]
+    header = ["series", "device", "history", "change [99% interval]", "commits", "cause", "status"]
+    branch = data.branch if data.branch is not None else "every branch"
+    body = [
+        f"<h1>jetmem history: {escape(branch)}</h1>",
+        f"<p>{len(data.rows)} session(s), {len(data.tracks)} series, {len(data.changes)} change point(s): "
+        f"{len(open_)} unacknowledged, {len(acked)} acknowledged. "
+        '<a href="fleet.html">The fleet: the mode to pick per machine class</a>.</p>',
+        '<h2 id="unacknowledged">Unacknowledged change points (newest first)</h2>',
+        _table("Unacknowledged change points", header,
+               (_change_row(c, sparks[(c.series, c.device)], repo_url) for c in open_), ' id="changes"')
+        if open_ else "<p>None.</p>",
+        '<h2 id="acknowledged">Acknowledged change points</h2>',
+        _table("Acknowledged change points", header,
+               (_change_row(c, sparks[(c.series, c.device)], repo_url) for c in acked), ' id="acked"')
+        if acked else "<p>None.</p>",
+        '<h2 id="quiet">Series without change points</h2>',
+        _table("Series without change points", ["series", "device", "history", "sessions", "latest median (ms)"],
+               (_quiet_row(t, sparks[(t.key, t.device)]) for t in quiet), ' id="quiet-series"')
+        if quiet else "<p>None.</p>",
+    ]
+    return _page(f"jetmem history: {branch}", body)
+
+
+# -- a test page ---------------------------------------------------------------------------------------------------
+
+
+def _class_change(old: Machine, new: Machine) -> tuple[str, str]:
+    """(short label, full detail) of a machine-class change: the fingerprint fields that differ."""
+    diffs = [(f, getattr(old, f), getattr(new, f)) for f in FINGERPRINT_FIELDS if getattr(old, f) != getattr(new, f)]
+    short = ", ".join(f"{_SHORT_FIELDS[f]} {a}→{b}" for f, a, b in diffs) or "new machine class"
+    detail = (f"machine class {old.machine_class} -> {new.machine_class}: "
+              + "; ".join(f"{f} {a!r} -> {b!r}" for f, a, b in diffs))
+    return short, detail
+
+
+def _boundaries(places: Sequence[int], data: _Data) -> list[Boundary]:
+    """A boundary before each session (of ``places``) whose machine class is not the one before's."""
+    out = []
+    for x in range(1, len(places)):
+        if data.classes[places[x - 1]] != data.classes[places[x]]:
+            out.append(Boundary(x, *_class_change(data.rows[places[x - 1]].machine, data.rows[places[x]].machine)))
+    return out
+
+
+def _marker(change: Change, x: int) -> Marker:
+    mode = change.series.mode or "-"
+    label = f"{mode} {change.point.change_pct:+.1f}%" + (" (acknowledged)" if change.ack is not None else "")
+    detail = (f"{mode}: {change.magnitude_text} between {change.before.short_commit} and {change.after.short_commit};"
+              f" cause: {change.cause_text}")
+    if change.ack is not None:
+        detail += f"; acknowledged: {change.ack.reason} ({change.ack.author})"
+    return Marker(mode, x, change.point.after_ms, label, detail, change.point.ratio > 1.0, change.ack is not None)
+
+
+def _chart(test: str, key: str, device: str, tracks: Sequence[_Track], data: _Data) -> tuple[Chart, list[Change]]:
+    """The chart of one test, key and device (one line per mode) and its change points."""
+    places = sorted({p for t in tracks for p in t.places})
+    x_of = {p: x for x, p in enumerate(places)}
+    sessions = [data.rows[p] for p in places]
+    lines, markers, found = [], [], []
+    for t in tracks:
+        points = tuple(Point(x_of[p], m, d, f"{data.rows[p].short_commit} {data.rows[p].started[:16]}")
+                       for p, m, d in zip(t.places, t.medians, t.mads, strict=True))
+        lines.append(Line(t.key.mode or "-", points, data.modes.index(t.key.mode)))
+        for c in data.changes_of(t):
+            if data.place.get(c.after.uid) in x_of:
+                markers.append(_marker(c, x_of[data.place[c.after.uid]]))
+                found.append(c)
+    bounds = _boundaries(places, data)
+    desc = _desc(key, device, tracks, found, bounds)
+    chart = Chart(_anchor(key, device), f"{test} {key} on {device}", desc,
+                  tuple(r.short_commit[:7] for r in sessions), tuple(lines), tuple(bounds), tuple(markers))
+    return chart, found
+
+
+def _desc(key: str, device: str, tracks: Sequence[_Track], found: Sequence[Change],
+          bounds: Sequence[Boundary]) -> str:
+    """The chart's description in words: per mode its sessions, latest median and change points; the class changes."""
+    parts = [f"Median time of {key} on {device} per session, in commit order, one line per memory mode."]
+    for t in tracks:
+        n_changes = sum(1 for c in found if c.series == t.key)
+        parts.append(f"{t.key.mode or '-'}: {len(t.medians)} session(s), latest median {t.medians[-1]:.4g} ms "
+                     f"(MAD {t.mads[-1]:.3g}), {n_changes} change point(s).")
+    parts.extend(f"Machine class changes before session {b.x + 1}: {b.label}." for b in bounds)
+    return " ".join(parts)
+
+
+def _mode_rows(tracks: Sequence[_Track], found: Sequence[Change]) -> list[str]:
+    return [
+        f"<tr><td>{escape(t.key.mode or '-')}</td><td>{escape(t.key.nodeid)}</td>"
+        f'<td class="num">{len(t.medians)}</td><td class="num">{t.medians[0]:.4g}</td>'
+        f'<td class="num">{t.medians[-1]:.4g} ± {t.mads[-1]:.3g}</td>'
+        f'<td class="num">{sum(1 for c in found if c.series == t.key)}</td></tr>'
+        for t in tracks
+    ]
+
+
+def _change_rows(found: Sequence[Change], repo_url: str | None) -> list[str]:
+    return [
+        ("<tr>" if c.ack is None else '<tr class="acked">')
+        + f"<td>{escape(c.series.mode or '-')}</td><td>{_range(c, repo_url)}</td>"
+        f"<td>{_direction(c)} {escape(c.magnitude_text)}</td>"
+        f'<td class="num">{c.point.before_ms:.4g} → {c.point.after_ms:.4g}</td>'
+        f"<td>{escape(c.cause_text)}</td><td>{_ack_text(c)}</td></tr>"
+        for c in found
+    ]
+
+
+def _test_page(test: str, tracks: Sequence[_Track], data: _Data, repo_url: str | None) -> str:
+    """One test's page: a section per measurement key and device with its chart and tables."""
+    groups: dict[tuple[str, str], list[_Track]] = {}
+    for t in tracks:
+        groups.setdefault((t.key.key, t.device), []).append(t)
+    body = [f"<h1><code>{escape(test)}</code></h1>"]
+    for (key, device), group in sorted(groups.items()):
+        group.sort(key=lambda t: data.modes.index(t.key.mode))
+        chart, found = _chart(test, key, device, group, data)
+        found.sort(key=lambda c: (data.place[c.after.uid], c.series.mode))
+        body.append(f'<section><h2><code>{escape(key)}</code> on {escape(device)}</h2>')
+        body.append(series_chart(chart))
+        body.append(_table("Memory modes", ["mode", "node id", "sessions", "first median (ms)",
+                                            "latest median ± MAD (ms)", "change points"], _mode_rows(group, found)))
+        body.append(_table("Change points", ["mode", "commits", "change [99% interval]", "median before → after (ms)",
+                                             "cause", "status"], _change_rows(found, repo_url), ' class="changes"')
+                    if found else "<p>No change points.</p>")
+        body.append("</section>")
+    return _page(f"{test}: jetmem history", body)
+
+
+# -- the fleet -----------------------------------------------------------------------------------------------------
+
+
+def _fleet_cell(cell: FleetCell | None) -> str:
+    if cell is None:
+        return '<td class="note">not measured in two or more modes</td>'
+    pick = f'<span class="pick">{escape(cell.pick)}</span>' if cell.pick else "no clear winner"
+    ratios = ", ".join(f"{escape(s.mode)} {times(s.ratio)}" + (f" [{times(s.ci[0])}, {times(s.ci[1])}]" if s.ci else "")
+                       for s in cell.advice.standings)
+    return (f'<td title="{escape(cell.advice.summary())}">{pick}<br><span class="note">{escape(cell.text)}</span>'
+            f'<br><span class="note">{ratios}</span></td>')
+
+
+def _fleet(matrix: FleetMatrix, pages: dict[str, str], data: _Data) -> str:
+    """The fleet page: one row per test and key, one column per machine class."""
+    branch = data.branch if data.branch is not None else "every branch"
+    head = "".join(f'<th scope="col">{escape(c.label)}<br><span class="note">class {escape(c.machine_class)}, '
+                   f"{c.sessions} session(s)</span></th>" for c in matrix.classes)
+    rows = []
+    for test, key in matrix.rows:
+        name = f"<code>{escape(test)}</code>"
+        link = f'<a href="{escape(pages[test])}">{name}</a>' if test in pages else name
+        cells = "".join(_fleet_cell(matrix.cells.get((test, key, c.machine_class))) for c in matrix.classes)
+        rows.append(f'<tr><th scope="row">{link}</th><td><code>{escape(key)}</code></td>{cells}</tr>')
+    body = [
+        f"<h1>The fleet: the memory mode to pick per machine class ({escape(branch)})</h1>",
+        "<p>Each cell is the plugin's advice from the newest session of that machine class that measured the test "
+        "in two or more memory modes: the pick, or no clear winner, and each mode's time against the fastest "
+        '[99% interval]. <a href="fleet.json">fleet.json</a> holds the same, with the full advice.</p>',
+        f'<table id="fleet"><caption>Advice per test and machine class</caption><thead><tr><th scope="col">test</th>'
+        f'<th scope="col">key</th>{head}</tr></thead><tbody>\n' + "\n".join(rows) + "\n</tbody></table>"
+        if matrix.rows else '<table id="fleet"><caption>No test was measured in two or more memory modes on any '
+        "machine class.</caption><tbody></tbody></table>",
+    ]
+    return _page(f"jetmem fleet: {branch}", body)
+
+
+# -- writing -------------------------------------------------------------------------------------------------------
+
+
+def _check_target(out_dir: Path) -> None:
+    """ValueError where ``out_dir`` may not be replaced: a file, or a folder of other things than a site."""
+    if out_dir.is_symlink() or (out_dir.exists() and not out_dir.is_dir()):
+        raise ValueError(f"publish {out_dir}: not a folder: expected a new, empty or published site folder")
+    if out_dir.is_dir() and any(out_dir.iterdir()) and not (out_dir / MARKER).is_file():
+        raise ValueError(f"publish {out_dir}: a folder of other files (no {MARKER} in it): expected a new, empty or "
+                         "published site folder, which publish replaces whole")
+
+
+def _swap(new: Path, out_dir: Path) -> None:
+    """Put the folder ``new`` where ``out_dir`` is: the old one renamed aside, ``new`` renamed in, the old removed."""
+    if not out_dir.exists():
+        os.replace(new, out_dir)
+        return
+    old = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=f".{out_dir.name}.old-"))
+    os.replace(out_dir, old / "site")
+    try:
+        os.replace(new, out_dir)
+    except BaseException:
+        os.replace(old / "site", out_dir)
+        raise
+    finally:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _write(folder: Path, pages: Iterable[tuple[str, Callable[[], str]]],
+           progress: Callable[[int, int], None] | None, total: int) -> list[str]:
+    names = []
+    for done, (name, render) in enumerate(pages, 1):
+        (folder / name).write_text(render(), encoding="utf-8")
+        names.append(name)
+        if progress is not None:
+            progress(done, total)
+    return names
+
+
+def publish(store: Store, out_dir: Path, *, branch: str | None, repo_url: str | None = None,
+            progress: Callable[[int, int], None] | None = None) -> list[Path]:
+    """Write the site of ``store``'s ``branch`` (None: every branch) into ``out_dir``, replacing it whole; the files
+    written (``index.html`` first, then the test pages, ``fleet.html`` and ``fleet.json``). ``progress(done,
+    total)`` is called after each file. ValueError where ``out_dir`` is not a new, empty or published site folder;
+    on any error the old site stays."""
+    out_dir = Path(out_dir)
+    _check_target(out_dir)
+    data = _load(store, branch)
+    matrix = fleet_matrix(store, branch)
+    by_test: dict[str, list[_Track]] = {}
+    for t in data.tracks:
+        by_test.setdefault(t.key.test, []).append(t)
+    pages = {test: page_name(test) for test in sorted(by_test)}
+    jobs: list[tuple[str, Callable[[], str]]] = [("index.html", lambda: _index(data, repo_url))]
+    jobs += [(pages[test], functools.partial(_test_page, test, by_test[test], data, repo_url)) for test in pages]
+    jobs.append(("fleet.html", lambda: _fleet(matrix, pages, data)))
+    jobs.append(("fleet.json", lambda: json.dumps(matrix.to_json(), indent=1, ensure_ascii=False) + "\n"))
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=f".{out_dir.name}.new-"))
+    try:
+        (tmp / MARKER).write_text("a site written by pytest-jetmem history publish; it replaces this folder whole\n",
+                                  encoding="utf-8")
+        names = _write(tmp, jobs, progress, len(jobs))
+        tmp.chmod(0o755)
+        _swap(tmp, out_dir)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            shutil.rmtree(tmp)
+        raise
+    return [out_dir / name for name in names]
