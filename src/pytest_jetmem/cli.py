@@ -80,6 +80,11 @@ def _parser() -> argparse.ArgumentParser:
     common(imp)
     imp.add_argument("sources", nargs="+", metavar="SOURCE")
     imp.add_argument("--commit", help="the commit of imported files that do not say it")
+    pub = sub.add_parser("publish", help="a static site of the history (opens from disk, no network)")
+    common(pub)
+    pub.add_argument("directory", metavar="DIR", help="where the site is written (replaced whole)")
+    pub.add_argument("--repo-url", metavar="URL", help="the repository's web URL, for commit links "
+                     "(default: git's origin remote where it is a web URL)")
     fleet = sub.add_parser("fleet", help="per test, the memory mode the advice picks on each machine class")
     common(fleet)
     fleet.add_argument("--json", action="store_true", help="the matrix as JSON")
@@ -139,9 +144,12 @@ def _commit_key(since: str, store: Store, branch: str | None) -> str:
     return str(max(_order_key(r) for r in matches))
 
 
-def _since_key(since: str, store: Store, branch: str | None) -> str:
+def _since_key(since: str, store: Store, branch: str | None) -> str | None:
     """The commit-order key after which a change point counts: a date's ISO text, or the newest session of the
-    commit ``since`` names."""
+    commit ``since`` names; None for git's null commit (all zeros: what CI gives as the commit before a branch's first
+    push), which is no bound."""
+    if since and set(since) == {"0"}:
+        return None
     key = _date_key(since)
     return key if key is not None else _commit_key(since, store, branch)
 
@@ -316,6 +324,52 @@ def _export(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
+def _progress(done: int, total: int) -> None:
+    """A progress bar on standard error, redrawn in place where it is a terminal (one line at the end elsewhere)."""
+    if sys.stderr.isatty():
+        filled = int(30 * done / max(total, 1))
+        sys.stderr.write(f"\r[{'#' * filled}{' ' * (30 - filled)}] {done}/{total} files")
+        if done == total:
+            sys.stderr.write("\n")
+        sys.stderr.flush()
+
+
+def _repo_url(given: str | None) -> str | None:
+    """``--repo-url``, else git's ``origin`` remote as a web URL (``git@github.com:o/r.git`` and
+    ``https://github.com/o/r.git`` both give ``https://github.com/o/r``); None where there is none."""
+    if given:
+        return given.rstrip("/")
+    import subprocess
+
+    try:
+        done = subprocess.run(["git", "remote", "get-url", "origin"], capture_output=True, text=True, timeout=30,
+                              check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    url = done.stdout.strip() if done.returncode == 0 else ""
+    if url.startswith("git@") and ":" in url:
+        host, path = url[len("git@"):].split(":", 1)
+        url = f"https://{host}/{path}"
+    if not url.startswith(("https://", "http://")):
+        return None
+    return url[: -len(".git")] if url.endswith(".git") else url
+
+
+def _publish(args: argparse.Namespace, out: TextIO) -> int:
+    from pytest_jetmem.history.site import publish
+
+    with _open(args) as store:
+        branch = _branch(args, store)
+        try:
+            pages = publish(store, Path(args.directory), branch=branch, repo_url=_repo_url(args.repo_url),
+                            progress=_progress)
+        except (OSError, ValueError) as exc:
+            raise _UsageError(f"publish {args.directory}: {exc}") from None
+    out.write(f"published {len(pages)} file(s) of branch {branch or '(all)'} in {args.directory}: open "
+              f"{Path(args.directory) / 'index.html'}\n")
+    return 0
+
+
 def _fleet(args: argparse.Namespace, out: TextIO) -> int:
     import json
 
@@ -333,7 +387,7 @@ def _fleet(args: argparse.Namespace, out: TextIO) -> int:
 
 
 _ACTIONS = {"regressions": _regressions, "show": _show, "ack": _ack, "import": _import, "export": _export,
-            "fleet": _fleet}
+            "fleet": _fleet, "publish": _publish}
 
 
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:

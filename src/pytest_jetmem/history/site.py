@@ -102,9 +102,9 @@ class _Data:
         return [c for c in self.changes if c.series == track.key and c.device == track.device]
 
 
-def _load(store: Store, branch: str | None) -> _Data:
-    """The sessions of ``branch`` in commit order and every series' points (medians above 0, as the analysis)."""
-    rows = tuple(commit_order(store.sessions(branch=branch)))
+def _tracks(store: Store, rows: Sequence[SessionRow]) -> list[_Track]:
+    """Every series per device over ``rows`` (commit order), from the stored medians and MADs (medians above 0, as
+    the analysis takes them), sorted by name and device."""
     place = {row.id: i for i, row in enumerate(rows)}
     names = store.series()
     points: dict[tuple[int, str], list[tuple[int, float, float]]] = {}
@@ -117,11 +117,16 @@ def _load(store: Store, branch: str | None) -> _Data:
         pts.sort()
         tracks.append(_Track(names[series_id], device, tuple(p[0] for p in pts), tuple(p[1] for p in pts),
                              tuple(p[2] for p in pts)))
-    tracks.sort(key=lambda t: (t.key.name, t.device))
-    found = tuple(changes(store, branch))
+    return sorted(tracks, key=lambda t: (t.key.name, t.device))
+
+
+def _load(store: Store, branch: str | None) -> _Data:
+    """The sessions of ``branch`` in commit order, every series' points and the change points."""
+    rows = tuple(commit_order(store.sessions(branch=branch)))
+    tracks = _tracks(store, rows)
     modes = tuple(sorted({t.key.mode for t in tracks}))
-    return _Data(branch, rows, tuple(tracks), found, {row.uid: i for i, row in enumerate(rows)}, modes,
-                 tuple(row.machine.machine_class for row in rows))
+    return _Data(branch, rows, tuple(tracks), tuple(changes(store, branch)),
+                 {row.uid: i for i, row in enumerate(rows)}, modes, tuple(row.machine.machine_class for row in rows))
 
 
 # -- shared HTML ---------------------------------------------------------------------------------------------------
@@ -212,32 +217,31 @@ def _quiet_row(track: _Track, spark: str) -> str:
             f'<td class="num">{len(track.medians)}</td><td class="num">{track.medians[-1]:.4g}</td></tr>')
 
 
+def _section(heading: str, header: Sequence[str], rows: Sequence[str], table_id: str) -> str:
+    """A heading and its table (there even when empty, so that its id always resolves), ``None.`` when empty."""
+    return (f'<h2 id="{table_id}-heading">{escape(heading)}</h2>\n'
+            + _table(heading, header, rows, f' id="{table_id}"') + ("" if rows else "\n<p>None.</p>"))
+
+
 def _index(data: _Data, repo_url: str | None) -> str:
     """The index page: unacknowledged change points (newest first), acknowledged ones, series without any."""
     sparks = {(t.key, t.device): _spark(t, data) for t in data.tracks}
     newest = sorted(data.changes, key=lambda c: (-data.place[c.after.uid], c.series.name, c.device))
-    open_, acked = [c for c in newest if c.ack is None], [c for c in newest if c.ack is not None]
+    rows = {acked: [_change_row(c, sparks[(c.series, c.device)], repo_url) for c in newest if (c.ack is not None)
+                    == acked] for acked in (False, True)}
     with_changes = {(c.series, c.device) for c in data.changes}
-    quiet = [t for t in data.tracks if (t.key, t.device) not in with_changes]
+    quiet = [_quiet_row(t, sparks[(t.key, t.device)]) for t in data.tracks if (t.key, t.device) not in with_changes]
     header = ["series", "device", "history", "change [99% interval]", "commits", "cause", "status"]
     branch = data.branch if data.branch is not None else "every branch"
     body = [
         f"<h1>jetmem history: {escape(branch)}</h1>",
         f"<p>{len(data.rows)} session(s), {len(data.tracks)} series, {len(data.changes)} change point(s): "
-        f"{len(open_)} unacknowledged, {len(acked)} acknowledged. "
+        f"{len(rows[False])} unacknowledged, {len(rows[True])} acknowledged. "
         '<a href="fleet.html">The fleet: the mode to pick per machine class</a>.</p>',
-        '<h2 id="unacknowledged">Unacknowledged change points (newest first)</h2>',
-        _table("Unacknowledged change points", header,
-               (_change_row(c, sparks[(c.series, c.device)], repo_url) for c in open_), ' id="changes"')
-        if open_ else "<p>None.</p>",
-        '<h2 id="acknowledged">Acknowledged change points</h2>',
-        _table("Acknowledged change points", header,
-               (_change_row(c, sparks[(c.series, c.device)], repo_url) for c in acked), ' id="acked"')
-        if acked else "<p>None.</p>",
-        '<h2 id="quiet">Series without change points</h2>',
-        _table("Series without change points", ["series", "device", "history", "sessions", "latest median (ms)"],
-               (_quiet_row(t, sparks[(t.key, t.device)]) for t in quiet), ' id="quiet-series"')
-        if quiet else "<p>None.</p>",
+        _section("Unacknowledged change points (newest first)", header, rows[False], "changes"),
+        _section("Acknowledged change points", header, rows[True], "acked"),
+        _section("Series without change points", ["series", "device", "history", "sessions", "latest median (ms)"],
+                 quiet, "quiet-series"),
     ]
     return _page(f"jetmem history: {branch}", body)
 
@@ -273,20 +277,20 @@ def _marker(change: Change, x: int) -> Marker:
     return Marker(mode, x, change.point.after_ms, label, detail, change.point.ratio > 1.0, change.ack is not None)
 
 
+def _points(track: _Track, x_of: dict[int, int], data: _Data) -> tuple[Point, ...]:
+    """A track's points at their places in a chart, each with its commit and start as its tooltip."""
+    return tuple(Point(x_of[p], m, d, f"{data.rows[p].short_commit} {data.rows[p].started[:16]}")
+                 for p, m, d in zip(track.places, track.medians, track.mads, strict=True))
+
+
 def _chart(test: str, key: str, device: str, tracks: Sequence[_Track], data: _Data) -> tuple[Chart, list[Change]]:
     """The chart of one test, key and device (one line per mode) and its change points."""
     places = sorted({p for t in tracks for p in t.places})
     x_of = {p: x for x, p in enumerate(places)}
     sessions = [data.rows[p] for p in places]
-    lines, markers, found = [], [], []
-    for t in tracks:
-        points = tuple(Point(x_of[p], m, d, f"{data.rows[p].short_commit} {data.rows[p].started[:16]}")
-                       for p, m, d in zip(t.places, t.medians, t.mads, strict=True))
-        lines.append(Line(t.key.mode or "-", points, data.modes.index(t.key.mode)))
-        for c in data.changes_of(t):
-            if data.place.get(c.after.uid) in x_of:
-                markers.append(_marker(c, x_of[data.place[c.after.uid]]))
-                found.append(c)
+    lines = [Line(t.key.mode or "-", _points(t, x_of, data), data.modes.index(t.key.mode)) for t in tracks]
+    found = [c for t in tracks for c in data.changes_of(t)]  # the first session after a change is one of its track
+    markers = [_marker(c, x_of[data.place[c.after.uid]]) for c in found]
     bounds = _boundaries(places, data)
     desc = _desc(key, device, tracks, found, bounds)
     chart = Chart(_anchor(key, device), f"{test} {key} on {device}", desc,

@@ -258,22 +258,50 @@ def _boundaries(chart: Chart, s: _Scale) -> list[str]:
     return out
 
 
+#: The width of a character of a label, in user units (11 px sans-serif), for placing labels apart.
+_CHAR_W = 6.2
+
+
+class _Labels:
+    """Places text labels so that none overlaps another: the first free row above (then below) the anchor."""
+
+    def __init__(self, s: _Scale) -> None:
+        self.s = s
+        self.boxes: list[tuple[float, float, float]] = []  # (x0, x1, baseline y)
+
+    def free(self, x0: float, x1: float, y: float) -> bool:
+        return all(x1 < a or x0 > b or abs(y - by) >= 12 for a, b, by in self.boxes)
+
+    def place(self, x: float, y: float, text: str) -> tuple[float, float, str]:
+        """(x, baseline y, text-anchor) of a label of ``text`` beside the point (x, y)."""
+        width = _CHAR_W * len(text)
+        right = x + 8 + width <= self.s.x1
+        x0, x1 = (x + 8, x + 8 + width) if right else (x - 8 - width, x - 8)
+        rows = [y - 10 - 13 * k for k in range(20)] + [y + 20 + 13 * k for k in range(20)]
+        inside = [r for r in rows if self.s.y1 + 10 <= r <= self.s.y0 - 3]
+        ty = next((r for r in inside if self.free(x0, x1, r)), inside[0] if inside else y - 10)
+        self.boxes.append((x0, x1, ty))
+        return (x + 8, ty, "start") if right else (x - 8, ty, "end")
+
+
 def _markers(chart: Chart, s: _Scale) -> list[str]:
-    """Each change point: a triangle (up: slower, down: faster) and a text label; grey where acknowledged."""
+    """Each change point: a triangle (up: slower, down: faster) and a text label placed clear of the others'; grey
+    where acknowledged."""
     out = []
-    seen: dict[int, int] = {}
+    labels = _Labels(s)
     for m in chart.markers:
-        k = seen.get(m.x, 0)
-        seen[m.x] = k + 1
         x, y = s.x(m.x), s.y(m.y)
         colour = GREY if m.acked else ("#b2182b" if m.slower else "#2166ac")
         cls = "changepoint acked" if m.acked else "changepoint"
         attrs = f'class="{cls}" fill="{colour}" stroke="#000" stroke-width="0.8"'
-        ty = max(s.y1 + 10, min(s.y0 - 4, y - 10 - 12 * k))
+        tx, ty, anchor = labels.place(x, y, m.label)
         shape = _shape("triangle" if m.slower else "down", x, y, 6, attrs, m.detail)
         ink = "#666" if m.acked else "#000"
-        out.append(f'<g class="changepoint-group">{shape}<text x="{_f(x + 8)}" y="{_f(ty)}" fill="{ink}" '
-                   f'class="changepoint-label">{escape(m.label)}</text></g>')
+        if abs(ty - (y - 10)) > 1:  # a label moved clear of the others: a leader line to its marker
+            shape += (f'<line x1="{_f(x)}" y1="{_f(y)}" x2="{_f(tx)}" y2="{_f(ty - 4)}" stroke="{ink}" '
+                      'stroke-width="0.5" stroke-dasharray="1 2"/>')
+        out.append(f'<g class="changepoint-group">{shape}<text x="{_f(tx)}" y="{_f(ty)}" text-anchor="{anchor}" '
+                   f'fill="{ink}" class="changepoint-label">{escape(m.label)}</text></g>')
     return out
 
 

@@ -1,0 +1,402 @@
+"""history.site and history.svg: ``pytest-jetmem history publish``'s static site over a real SQLite store of an Orin
+with a code step (commit 30) and a driver/JetPack upgrade (commit 45), one step acknowledged, and an H100.
+
+Read back with the standard library's ``html.parser``: every page listed exists, every internal link resolves,
+nothing is fetched from the network, the index lists the unacknowledged change points (newest first) before the
+acknowledged one with its reason, each test page has a chart per key and device with its marks, change points and
+the machine-class boundary, the fleet page and its JSON; a publish replaces the site whole or not at all."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import random
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
+from html.parser import HTMLParser
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+
+from history_sessions import H100, MODES, ORIN, commit_of, record, session
+from pytest_jetmem.history.analysis import changes
+from pytest_jetmem.history.context import SessionContext
+from pytest_jetmem.history.fleet import fleet_matrix
+from pytest_jetmem.history.model import StoredSession
+from pytest_jetmem.history.site import MARKER, page_name, publish
+from pytest_jetmem.history.store import Store, open_store
+from pytest_jetmem.history.svg import MAX_POINTS, Point, nice_ticks, sparkline, thin
+
+UPGRADED = replace(ORIN, driver_version=12080, l4t_release="36.5.0")
+CODE_STEP, UPGRADE = 30, 45
+REASON = "bigger tiles, accepted"
+ACKED_TEST = "tests/test_k.py::test_0"
+
+
+# -- reading HTML back ---------------------------------------------------------------------------------------------
+
+VOID = {"meta", "br", "link", "img", "input", "hr", "wbr", "source", "col", "area", "base", "embed", "track"}
+
+
+@dataclass
+class Node:
+    tag: str
+    attrs: dict[str, str]
+    children: list[Node] = field(default_factory=list)
+    text: list[str] = field(default_factory=list)
+
+    def walk(self) -> Iterator[Node]:
+        yield self
+        for c in self.children:
+            yield from c.walk()
+
+    def all(self, tag: str | None = None, cls: str | None = None) -> list[Node]:
+        return [n for n in self.walk() if (tag is None or n.tag == tag)
+                and (cls is None or cls in n.attrs.get("class", "").split())]
+
+    def content(self) -> str:
+        """All the text inside, as a reader gets it (entities decoded)."""
+        return "".join(n_text for n in self.walk() for n_text in n.text)
+
+    def find_id(self, ident: str) -> Node | None:
+        return next((n for n in self.walk() if n.attrs.get("id") == ident), None)
+
+    def by_id(self, ident: str) -> Node:
+        found = self.find_id(ident)
+        assert found is not None, f"no element of id {ident!r}"
+        return found
+
+
+class TreeBuilder(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.root = Node("#document", {})
+        self.stack = [self.root]
+        self.doctype = ""
+
+    def handle_decl(self, decl: str) -> None:
+        self.doctype = decl
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        node = Node(tag, {k: v or "" for k, v in attrs})
+        self.stack[-1].children.append(node)
+        if tag not in VOID:
+            self.stack.append(node)
+
+    def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.stack[-1].children.append(Node(tag, {k: v or "" for k, v in attrs}))
+
+    def handle_endtag(self, tag: str) -> None:
+        assert tag not in VOID, f"an end tag for the void element {tag}"
+        assert self.stack[-1].tag == tag, f"</{tag}> closes <{self.stack[-1].tag}>"
+        self.stack.pop()
+
+    def handle_data(self, data: str) -> None:
+        self.stack[-1].text.append(data)
+
+
+def parse(path: Path) -> Node:
+    builder = TreeBuilder()
+    builder.feed(path.read_text(encoding="utf-8"))
+    builder.close()
+    assert builder.stack == [builder.root], f"{path.name}: unclosed {[n.tag for n in builder.stack[1:]]}"
+    assert builder.doctype.lower() == "doctype html", path.name
+    return builder.root
+
+
+# -- the store ------------------------------------------------------------------------------------------------------
+
+
+def _build(store: Store) -> None:
+    """Commits 0..59 on the Orin (every test +10% from 30, the upgrade +20% more from 45), then 30 on an H100."""
+    for seed in range(60):
+        if seed < UPGRADE:
+            store.add(session(seed, step_at=CODE_STEP, step=1.10))
+        else:
+            store.add(session(seed, step_at=0, step=1.10 * 1.20, machine=UPGRADED))
+    for seed in range(100, 130):
+        store.add(session(seed, tests=2, machine=H100))
+    (code_step,) = [c for c in changes(store, "main") if c.series.nodeid == f"{ACKED_TEST}[device]"
+                    and c.after.uid == f"session-{CODE_STEP}"]
+    assert store.ack(code_step.series, code_step.device, code_step.after.uid, code_step.after.context.commit,
+                     REASON, "ci")
+
+
+@pytest.fixture(scope="module")
+def store_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("site") / "h.sqlite"
+    with open_store(str(path)) as store:
+        _build(store)
+    return path
+
+
+@pytest.fixture
+def store(store_path: Path) -> Iterator[Store]:
+    with open_store(str(store_path), create=False) as s:
+        yield s
+
+
+@pytest.fixture
+def site(store: Store, tmp_path: Path) -> tuple[Path, list[Path]]:
+    out = tmp_path / "site"
+    return out, publish(store, out, branch="main")
+
+
+def _test_page(out: Path, test: str) -> Node:
+    return parse(out / page_name(test))
+
+
+# -- the pages ------------------------------------------------------------------------------------------------------
+
+
+def test_every_page_listed_exists_and_is_a_whole_html5_page(site: tuple[Path, list[Path]]) -> None:
+    out, pages = site
+    names = {p.name for p in pages}
+    assert {"index.html", "fleet.html", "fleet.json"} <= names
+    assert {page_name(f"tests/test_k.py::test_{t}") for t in range(4)} <= names
+    assert {p.name for p in out.iterdir()} == names | {MARKER}  # nothing else in the folder
+    for p in pages:
+        assert p.is_file() and p.parent == out
+        if p.suffix != ".html":
+            continue
+        doc = parse(p)
+        (html,) = doc.all("html")
+        assert html.attrs.get("lang") == "en"
+        (head,) = doc.all("head")
+        (title,) = head.all("title")
+        assert title.content().strip()
+        assert any(m.attrs.get("charset", "").lower() == "utf-8" for m in doc.all("meta"))
+
+
+def test_every_internal_link_resolves_to_a_written_file_and_an_id(site: tuple[Path, list[Path]]) -> None:
+    out, pages = site
+    checked = 0
+    for p in (q for q in pages if q.suffix == ".html"):
+        for a in parse(p).all("a"):
+            href = a.attrs["href"]
+            parts = urlsplit(href)
+            if parts.scheme:
+                continue
+            target = out / parts.path if parts.path else p
+            assert target.is_file(), f"{p.name}: {href} -> no such file"
+            assert target.resolve().parent == out.resolve()
+            if parts.fragment:
+                assert parse(target).find_id(parts.fragment) is not None, f"{p.name}: {href}: no such id"
+            checked += 1
+    assert checked > 24  # the index links every series; every page links the index and the fleet
+
+
+def test_nothing_is_fetched_from_the_network(store: Store, tmp_path: Path) -> None:
+    out = tmp_path / "site"
+    pages = publish(store, out, branch="main", repo_url="https://github.com/example/project")
+    for p in (q for q in pages if q.suffix == ".html"):
+        text = p.read_text(encoding="utf-8")
+        assert "@import" not in text and "url(" not in text
+        for node in parse(p).walk():
+            assert node.tag not in ("script", "iframe", "object", "embed", "img") or not node.attrs.get("src")
+            for name in ("src", "srcset", "data", "poster"):
+                value = node.attrs.get(name, "")
+                assert not value.startswith(("http://", "https://", "//")), f"{p.name}: <{node.tag} {name}={value}>"
+            if node.tag == "link":
+                assert not node.attrs.get("href", "").startswith(("http://", "https://", "//")), p.name
+
+
+def _rows(table: Node) -> list[Node]:
+    (body,) = table.all("tbody")
+    return body.all("tr")
+
+
+def test_index_lists_unacknowledged_change_points_newest_first_then_the_acknowledged_one(
+        site: tuple[Path, list[Path]]) -> None:
+    out, _ = site
+    doc = parse(out / "index.html")
+    ids = [n.attrs.get("id") for n in doc.walk() if n.attrs.get("id") in ("changes", "acked", "quiet-series")]
+    assert ids == ["changes", "acked", "quiet-series"]  # unacknowledged, acknowledged, quiet: in that order
+    open_rows, acked_rows = _rows(doc.by_id("changes")), _rows(doc.by_id("acked"))
+    assert len(open_rows) == 4 * len(MODES) * 2 - 1 and len(acked_rows) == 1
+    assert not any("acked" in r.attrs.get("class", "") for r in open_rows)
+    upgrade, code = commit_of(UPGRADE)[:10], commit_of(CODE_STEP)[:10]
+    firsts = [upgrade in r.content() for r in open_rows]
+    assert firsts == sorted(firsts, reverse=True) and firsts.count(True) == 12  # the newest (the upgrade) first
+    for r in open_rows[:12]:
+        assert "driver_version 12060 -> 12080" in r.content() and "▲ slower" in r.content()
+        assert r.all("svg", "spark") and r.all("a")
+    for r in open_rows[12:]:
+        assert f"code ({commit_of(CODE_STEP - 1)[:10]}..{code})" in r.content()
+    (acked,) = acked_rows
+    assert "acked" in acked.attrs["class"] and REASON in acked.content() and code in acked.content()
+    assert f"{ACKED_TEST}[device]" in acked.content()
+    quiet = _rows(doc.by_id("quiet-series"))
+    assert len(quiet) == 2 * len(MODES) and all(H100.device in r.content() for r in quiet)
+    assert any(a.attrs["href"] == "fleet.html" for a in doc.all("a"))
+
+
+def test_a_test_page_has_a_chart_per_key_and_device_with_its_marks(site: tuple[Path, list[Path]]) -> None:
+    out, _ = site
+    doc = _test_page(out, ACKED_TEST)
+    charts = doc.all("svg", "chart")
+    assert len(charts) == 2  # k:kernel on the Orin, and on the H100
+    orin, h100 = sorted(charts, key=lambda c: H100.device in c.content())
+    for chart in charts:
+        assert chart.attrs["role"] == "img"
+        labelled = chart.attrs["aria-labelledby"].split()
+        assert [chart.by_id(i).tag for i in labelled] == ["title", "desc"]
+        lines = chart.all("polyline", "mark")
+        assert len(lines) == len(MODES)
+        assert len({line.attrs.get("stroke-dasharray", "") for line in lines}) == len(MODES)  # told apart by dash
+        shapes = [tuple(sorted({n.tag for n in g.all(cls="point")})) for g in chart.all("g", "series")]
+        assert len(set(shapes)) == len(MODES)  # and by marker shape
+        assert len(chart.all(cls="spread")) == len(MODES)  # every session's spread
+    assert "device: 60 session(s)" in orin.by_id(orin.attrs["aria-labelledby"].split()[1]).content()
+    assert len(orin.all(cls="changepoint")) == 2 * len(MODES) and not h100.all(cls="changepoint")
+    (acked,) = orin.all(cls="acked")
+    assert REASON in acked.content()  # its tooltip
+    labels = [t.content() for t in orin.all("text", "changepoint-label")]
+    assert sum("acknowledged" in t for t in labels) == 1 and all("%" in t for t in labels)
+    (boundary,) = orin.all("g", "boundary")
+    assert "driver 12060→12080" in boundary.content() and "L4T 36.4.3→36.5.0" in boundary.content()
+    assert not h100.all("g", "boundary")
+    tables = doc.all("table", "changes")
+    assert len(tables) == 1 and len(_rows(tables[0])) == 2 * len(MODES)
+    assert sum(REASON in r.content() for r in _rows(tables[0])) == 1
+
+
+def test_a_test_of_the_orin_alone_has_one_chart(site: tuple[Path, list[Path]]) -> None:
+    out, _ = site
+    charts = _test_page(out, "tests/test_k.py::test_3").all("svg", "chart")
+    assert len(charts) == 1 and ORIN.device in charts[0].content()
+
+
+def test_commits_link_to_the_repository_where_it_is_known(store: Store, tmp_path: Path) -> None:
+    with_repo = publish(store, tmp_path / "a", branch="main", repo_url="https://example.org/r/")
+    hrefs = {a.attrs["href"] for a in parse(with_repo[0]).all("a")}
+    assert f"https://example.org/r/commit/{commit_of(UPGRADE)}" in hrefs
+    without = publish(store, tmp_path / "b", branch="main")
+    assert not [a for p in without if p.suffix == ".html" for a in parse(p).all("a") if "/commit/" in a.attrs["href"]]
+
+
+def test_the_fleet_page_and_its_json(store: Store, site: tuple[Path, list[Path]]) -> None:
+    out, _ = site
+    matrix = fleet_matrix(store, "main")
+    assert json.loads((out / "fleet.json").read_text(encoding="utf-8")) == json.loads(json.dumps(matrix.to_json()))
+    table = parse(out / "fleet.html").find_id("fleet")
+    assert table is not None and table.tag == "table"
+    assert len(matrix.classes) == 3  # the Orin before and after the upgrade, the H100
+    (head,) = table.all("thead")
+    assert len(head.all("th")) == 2 + len(matrix.classes)
+    rows = _rows(table)
+    assert len(rows) == len(matrix.rows) > 0
+    for (test, key), row in zip(matrix.rows, rows, strict=True):
+        cells = row.all("td")[1:]
+        assert test in row.content() and key in row.content()
+        for cls, td in zip(matrix.classes, cells, strict=True):
+            cell = matrix.cells.get((test, key, cls.machine_class))
+            if cell is None:
+                assert "not measured" in td.content()
+            else:
+                assert (cell.pick or "no clear winner") in td.content() and cell.text in td.content()
+
+
+def test_progress_is_told_after_each_file(store: Store, tmp_path: Path) -> None:
+    calls: list[tuple[int, int]] = []
+    pages = publish(store, tmp_path / "site", branch="main", progress=lambda d, t: calls.append((d, t)))
+    assert calls == [(i, len(pages)) for i in range(1, len(pages) + 1)]
+
+
+# -- writing it -----------------------------------------------------------------------------------------------------
+
+
+def test_a_publish_replaces_the_site_whole(store: Store, tmp_path: Path) -> None:
+    out = tmp_path / "site"
+    publish(store, out, branch="main")
+    (out / "stale.html").write_text("old")
+    pages = publish(store, out, branch="main")
+    assert not (out / "stale.html").exists()
+    assert {p.name for p in out.iterdir()} == {p.name for p in pages} | {MARKER}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["site"]  # no temporary folder left beside it
+
+
+def test_a_failed_publish_leaves_the_old_site(store: Store, tmp_path: Path) -> None:
+    out = tmp_path / "site"
+    publish(store, out, branch="main")
+    (out / "stale.html").write_text("old")
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+
+    def fail(done: int, total: int) -> None:
+        if done == 3:
+            raise RuntimeError("disk full (simulated)")
+
+    with pytest.raises(RuntimeError, match="simulated"):
+        publish(store, out, branch="main", progress=fail)
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["site"]
+
+
+def test_a_folder_of_other_files_is_never_replaced(store: Store, tmp_path: Path) -> None:
+    out = tmp_path / "docs"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    with pytest.raises(ValueError, match=r"docs: a folder of other files \(no \.jetmem-site in it\)"):
+        publish(store, out, branch="main")
+    assert (out / "notes.txt").read_text() == "mine" and sorted(p.name for p in out.iterdir()) == ["notes.txt"]
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(ValueError, match="file: not a folder"):
+        publish(store, tmp_path / "file", branch="main")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert publish(store, empty, branch="main")[0] == empty / "index.html"
+
+
+def test_names_are_escaped_and_page_names_are_safe(tmp_path: Path) -> None:
+    rng = random.Random(1)
+    nodeid = "tests/tëst_<b>.py::test_ü[\"x&y\"]"  # the test; its node ids add the mode to the parameters
+    with open_store(str(tmp_path / "h.sqlite")) as store:
+        for seed in range(3):
+            records = tuple(record(f"{nodeid[:-1]}-{m}]", m, 1.0 + i, rng) for i, m in enumerate(MODES))
+            ctx = SessionContext(commit=commit_of(seed), branch="main", commit_time=f"2026-11-01T00:0{seed}:00Z")
+            store.add(StoredSession(f"s{seed}", f"2026-11-01T00:0{seed}:00Z", ctx, ORIN, records))
+        pages = publish(store, tmp_path / "site", branch="main")
+    name = page_name(nodeid)
+    assert name in {p.name for p in pages}
+    assert name.isascii() and all(ch.isalnum() or ch in "-_." for ch in name)
+    assert page_name("a/b") != page_name("a-b")  # one slug, two hashes
+    text = (tmp_path / "site" / name).read_text(encoding="utf-8")
+    assert "<b>" not in text and "&lt;b&gt;" in text
+    assert nodeid in parse(tmp_path / "site" / name).content()
+
+
+# -- the charts -----------------------------------------------------------------------------------------------------
+
+
+def test_thinning_keeps_the_ends_the_extremes_and_the_change_points() -> None:
+    rng = random.Random(3)
+    points = [Point(i, 1.0 + 0.01 * rng.gauss(0, 1), 0.01) for i in range(5000)]
+    points[1234] = Point(1234, 9.0, 0.01)  # a spike
+    points[2345] = Point(2345, 0.1, 0.01)  # a dip
+    kept = thin(points, frozenset({4321}))
+    xs = [p.x for p in kept]
+    assert len(kept) <= MAX_POINTS + 1 and xs == sorted(set(xs))
+    assert {0, 4999, 1234, 2345, 4321} <= set(xs)
+    assert thin(points[:MAX_POINTS]) == points[:MAX_POINTS]  # nothing thinned up to the limit
+
+
+def test_ticks_cover_the_range_in_round_steps() -> None:
+    for lo, hi in ((0.93, 1.27), (0.0, 10.0), (12.5, 13.1), (1e-4, 3e-4)):
+        ticks = nice_ticks(lo, hi)
+        assert 3 <= len(ticks) <= 11 and all(lo <= t <= hi for t in ticks)
+        steps = {round(b - a, 12) for a, b in itertools.pairwise(ticks)}
+        assert len(steps) == 1
+        (step,) = steps
+        mantissa = step / 10 ** math.floor(math.log10(step))
+        assert round(mantissa, 9) in (1.0, 2.0, 2.5, 5.0)
+
+
+def test_a_sparkline_marks_its_change_points() -> None:
+    values = [1.0] * 30 + [1.1] * 30
+    builder = TreeBuilder()
+    builder.feed(sparkline(values, [30], label="a series"))
+    (svg,) = builder.root.all("svg")
+    assert svg.attrs["role"] == "img" and svg.attrs["aria-label"] == "a series"
+    assert len(svg.all("polyline", "mark")) == 1 and len(svg.all("circle", "spark-cp")) == 1
