@@ -19,6 +19,7 @@ import statistics
 import subprocess
 import sys
 import time
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from pytest_jetmem.history.context import SessionContext
@@ -60,7 +61,7 @@ def make_session(commit: int, n_series: int, seed: int) -> StoredSession:
     rng = random.Random(seed * 100003 + commit)
     offset = 1 + 0.005 * rng.gauss(0, 1)
     records = tuple(_record(i, commit, offset, rng) for i in range(n_series))
-    when = f"2026-{1 + commit // 300:02d}-{1 + (commit // 10) % 28:02d}T{commit % 24:02d}:{commit % 60:02d}:00Z"
+    when = (datetime(2026, 1, 1, tzinfo=timezone.utc) + timedelta(hours=6 * commit)).strftime("%Y-%m-%dT%H:%M:%SZ")
     sha = f"{commit:08x}" + "c" * 32
     ctx = SessionContext(sha, "main", when, (f"{commit - 1:08x}" + "c" * 32,), False, None)
     return StoredSession(f"cost-{seed}-{commit}", when, ctx, MACHINE, records, "pytest", "0.1.0")

@@ -182,3 +182,21 @@ def test_fleet_in_the_terminal_and_as_json(store: str) -> None:
     doc = json.loads(text)
     assert code == 0 and doc["branch"] == "main" and len(doc["classes"]) == 2
     assert doc["rows"] and all("cells" in row for row in doc["rows"])
+
+
+def test_publish_writes_a_site_and_refuses_a_folder_of_other_files(
+    store: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    site = tmp_path / "site"
+    code, text = run("history", "publish", str(site), "--store", store, "--repo-url", "https://example.invalid/o/r")
+    assert code == 0 and f"open {site / 'index.html'}" in text
+    assert (site / "index.html").is_file() and (site / "fleet.json").is_file()
+    assert "https://example.invalid/o/r/commit/" in "".join(p.read_text() for p in site.glob("test-*.html"))
+    code, _ = run("history", "publish", str(site), "--store", store)  # its own site: replaced
+    assert code == 0
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep")
+    code, _ = run("history", "publish", str(mine), "--store", store)
+    assert code == 4 and (mine / "notes.txt").read_text() == "keep"
+    assert f"publish {mine}: " in capsys.readouterr().err

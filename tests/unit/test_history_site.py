@@ -400,3 +400,13 @@ def test_a_sparkline_marks_its_change_points() -> None:
     (svg,) = builder.root.all("svg")
     assert svg.attrs["role"] == "img" and svg.attrs["aria-label"] == "a series"
     assert len(svg.all("polyline", "mark")) == 1 and len(svg.all("circle", "spark-cp")) == 1
+
+
+def test_an_empty_store_publishes_an_index_and_an_empty_fleet(tmp_path: Path) -> None:
+    with open_store(str(tmp_path / "h.sqlite")) as store:
+        pages = publish(store, tmp_path / "site", branch="main")
+    assert [p.name for p in pages] == ["index.html", "fleet.html", "fleet.json"]
+    index = parse(pages[0])
+    assert all(not _rows(index.by_id(i)) for i in ("changes", "acked", "quiet-series"))
+    assert not parse(pages[1]).by_id("fleet").all("tr")
+    assert json.loads(pages[2].read_text(encoding="utf-8"))["rows"] == []

@@ -65,6 +65,7 @@ svg.chart{max-width:100%;height:auto;display:block}
 nav{margin-bottom:1rem}nav a{margin-right:1rem}code{font-size:12.5px}
 .pick{font-weight:600}.note{color:#555;font-size:12.5px}
 a:focus{outline:2px solid #0072B2}
+.sr{position:absolute;width:1px;height:1px;overflow:hidden;clip:rect(0 0 0 0);white-space:nowrap}
 """
 
 
@@ -182,10 +183,12 @@ def _ack_text(change: Change) -> str:
     return f"acknowledged: {escape(change.ack.reason)} ({escape(change.ack.author)}, {escape(change.ack.created)})"
 
 
-def _table(caption: str, header: Sequence[str], rows: Iterable[str], attrs: str = "") -> str:
-    """A table of ``rows`` (each a ``<tr>``), with a caption and a header row."""
+def _table(caption: str, header: Sequence[str], rows: Iterable[str], attrs: str = "", *, shown: bool = True) -> str:
+    """A table of ``rows`` (each a ``<tr>``), with a caption (for screen readers alone unless ``shown``) and a
+    header row."""
     head = "".join(f'<th scope="col">{escape(h)}</th>' for h in header)
-    return (f"<table{attrs}><caption>{escape(caption)}</caption><thead><tr>{head}</tr></thead><tbody>\n"
+    cap = "<caption>" if shown else '<caption class="sr">'
+    return (f"<table{attrs}>{cap}{escape(caption)}</caption><thead><tr>{head}</tr></thead><tbody>\n"
             + "\n".join(rows) + "\n</tbody></table>")
 
 
@@ -220,7 +223,7 @@ def _quiet_row(track: _Track, spark: str) -> str:
 def _section(heading: str, header: Sequence[str], rows: Sequence[str], table_id: str) -> str:
     """A heading and its table (there even when empty, so that its id always resolves), ``None.`` when empty."""
     return (f'<h2 id="{table_id}-heading">{escape(heading)}</h2>\n'
-            + _table(heading, header, rows, f' id="{table_id}"') + ("" if rows else "\n<p>None.</p>"))
+            + _table(heading, header, rows, f' id="{table_id}"', shown=False) + ("" if rows else "\n<p>None.</p>"))
 
 
 def _index(data: _Data, repo_url: str | None) -> str:
@@ -285,16 +288,15 @@ def _points(track: _Track, x_of: dict[int, int], data: _Data) -> tuple[Point, ..
 
 def _chart(test: str, key: str, device: str, tracks: Sequence[_Track], data: _Data) -> tuple[Chart, list[Change]]:
     """The chart of one test, key and device (one line per mode) and its change points."""
-    places = sorted({p for t in tracks for p in t.places})
+    places = sorted(set().union(*(t.places for t in tracks)))
     x_of = {p: x for x, p in enumerate(places)}
-    sessions = [data.rows[p] for p in places]
-    lines = [Line(t.key.mode or "-", _points(t, x_of, data), data.modes.index(t.key.mode)) for t in tracks]
+    lines = tuple(Line(t.key.mode or "-", _points(t, x_of, data), data.modes.index(t.key.mode)) for t in tracks)
     found = [c for t in tracks for c in data.changes_of(t)]  # the first session after a change is one of its track
-    markers = [_marker(c, x_of[data.place[c.after.uid]]) for c in found]
-    bounds = _boundaries(places, data)
-    desc = _desc(key, device, tracks, found, bounds)
-    chart = Chart(_anchor(key, device), f"{test} {key} on {device}", desc,
-                  tuple(r.short_commit[:7] for r in sessions), tuple(lines), tuple(bounds), tuple(markers))
+    markers = tuple(_marker(c, x_of[data.place[c.after.uid]]) for c in found)
+    bounds = tuple(_boundaries(places, data))
+    x_labels = tuple(data.rows[p].short_commit[:7] for p in places)
+    chart = Chart(_anchor(key, device), f"{test} {key} on {device}", _desc(key, device, tracks, found, bounds),
+                  x_labels, lines, bounds, markers)
     return chart, found
 
 
