@@ -204,6 +204,36 @@ def _measured(store: Store, sessions: Sequence[SessionRow], branch: str | None) 
     return {sid: {tk for tk, ms in by_test.items() if len(ms) >= 2} for sid, by_test in modes.items()}
 
 
+_Subjects = dict[int, set[tuple[str, str]]]  # session id -> (test, key) pairs
+
+
+def _newest_sources(rows: list[SessionRow], measured: _Subjects) -> _Subjects:
+    """For one class's sessions (commit order): session id -> the (test, key) whose cell it gives, each (test, key)
+    from the newest session that measured it in 2+ modes."""
+    wanted: dict[int, set[tuple[str, str]]] = {}
+    claimed: set[tuple[str, str]] = set()
+    for row in reversed(rows):  # newest first
+        mine = measured.get(row.id, set()) - claimed
+        if mine:
+            wanted[row.id] = mine
+            claimed |= mine
+    return wanted
+
+
+def _class_cells(store: Store, cls: str, rows: list[SessionRow], wanted: _Subjects
+                 ) -> dict[tuple[str, str, str], FleetCell]:
+    """The cells of class ``cls``: one ``advise`` per session that gives any."""
+    cells: dict[tuple[str, str, str], FleetCell] = {}
+    for row in rows:
+        if row.id not in wanted:
+            continue
+        facts = DeviceFacts.from_json(row.device_facts)
+        for a in advise(store.records(row.id), facts).advice:
+            if (a.test, a.key) in wanted[row.id]:
+                cells[(a.test, a.key, cls)] = FleetCell(cls, row.machine.device, row.uid, row.context.commit, a)
+    return cells
+
+
 def fleet_matrix(store: Store, branch: str | None) -> FleetMatrix:
     """The advice per test and key on each machine class of ``branch`` (None: every branch): for each class and
     (test, key), the advice of the newest session (commit order) of that class that measured it in 2+ modes."""
@@ -214,20 +244,7 @@ def fleet_matrix(store: Store, branch: str | None) -> FleetMatrix:
     measured = _measured(store, sessions, branch)
     cells: dict[tuple[str, str, str], FleetCell] = {}
     for cls, rows in by_class.items():
-        wanted: dict[int, set[tuple[str, str]]] = {}  # session id -> the (test, key) it gives this class
-        claimed: set[tuple[str, str]] = set()
-        for row in reversed(rows):  # newest first
-            mine = measured.get(row.id, set()) - claimed
-            if mine:
-                wanted[row.id] = mine
-                claimed |= mine
-        for row in rows:
-            if row.id not in wanted:
-                continue
-            facts = DeviceFacts.from_json(row.device_facts)
-            for a in advise(store.records(row.id), facts).advice:
-                if (a.test, a.key) in wanted[row.id]:
-                    cells[(a.test, a.key, cls)] = FleetCell(cls, row.machine.device, row.uid, row.context.commit, a)
+        cells.update(_class_cells(store, cls, rows, _newest_sources(rows, measured)))
     machines = {cls: rows[-1].machine for cls, rows in by_class.items()}
     labels = _labels(machines)
     classes = sorted(
