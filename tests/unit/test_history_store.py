@@ -89,7 +89,8 @@ def test_an_older_store_is_migrated_in_one_step(tmp_path: Path, monkeypatch: pyt
         assert len(store.sessions()) == 1  # the data stayed
     with sqlite3.connect(path) as conn:
         assert "note" in [c[1] for c in conn.execute("PRAGMA table_info(jetmem_sessions)")]
-    with pytest.raises(StoreError, match=r"newer pytest-jetmem \(schema version 2; this one knows up to 1\)"):
+    newer = rf"newer pytest-jetmem \(schema version {SCHEMA_VERSION + 1}; this one knows up to {SCHEMA_VERSION}\)"
+    with pytest.raises(StoreError, match=newer):
         open_store(str(path), create=False)
 
 
@@ -238,3 +239,21 @@ def test_postgresql_read_only_and_unreachable(postgres_server: PostgresServer) -
         open_store(closed)
     assert info.value.kind is StoreErrorKind.CANNOT_OPEN
     assert info.value.url == closed
+
+
+def test_a_version_1_store_from_a_real_gpu_run_is_migrated_and_read(tmp_path: Path) -> None:
+    """The store of 27 demo sessions on an H200 (benchmarks/results/2026-11-26-h200-history), written with schema
+    version 1 before the device facts were kept: opened, it is brought to this version and reads whole."""
+    import shutil
+
+    real = Path(TESTS).parent / "benchmarks" / "results" / "2026-11-26-h200-history" / "demo-history.sqlite"
+    copy = tmp_path / "v1.sqlite"
+    shutil.copyfile(real, copy)
+    with sqlite3.connect(copy) as conn:
+        assert conn.execute("SELECT value FROM jetmem_meta").fetchone() == ("1",)
+    with open_store(str(copy), create=False) as store:
+        assert store.schema_version() == SCHEMA_VERSION
+        rows = store.sessions()
+        assert len(rows) == 27 and all(r.device_facts is None for r in rows)
+        assert all(r.machine.device_name == "NVIDIA H200" for r in rows)
+        assert len(store.records(rows[0].id)) == 116

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 __all__ = ["DIALECTS", "MIGRATIONS", "SCHEMA_VERSION", "Dialect", "Migration"]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -75,7 +75,6 @@ _V1 = (
         device TEXT NOT NULL,
         machine_class TEXT NOT NULL,
         machine TEXT NOT NULL,
-        device_facts TEXT,
         origin TEXT NOT NULL,
         plugin_version TEXT NOT NULL
     )""",
@@ -116,5 +115,9 @@ _V1 = (
     )""",
 )
 
+#: Version 2: the device facts the fleet's advice needs (integrated, CONCURRENT_MANAGED_ACCESS,
+#: PAGEABLE_MEMORY_ACCESS), JSON; NULL for sessions stored before (their cells are advised without them).
+_V2 = ("ALTER TABLE jetmem_sessions ADD COLUMN device_facts TEXT",)
+
 #: Every migration, from an empty database on; a new schema version appends one (never edits one).
-MIGRATIONS: tuple[Migration, ...] = (Migration(1, _V1),)
+MIGRATIONS: tuple[Migration, ...] = (Migration(1, _V1), Migration(2, _V2))
