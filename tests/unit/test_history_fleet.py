@@ -208,3 +208,28 @@ def test_labels_tell_classes_of_one_device_apart(tmp_path: Path) -> None:
     assert "clocks" not in labels[H100.machine_class]  # one class of that device: nothing to tell apart
     assert [c.label for c in m.classes] == sorted(labels.values())  # H100 first, then the Orins by label
     assert {cls for _, _, cls in m.cells} == set(labels)
+
+
+def test_a_real_gpu_store_merged_with_a_jetson_store_gives_two_columns(tmp_path: Path) -> None:
+    """The 27 demo sessions of an H200 (this project's GPU run, benchmarks/results/2026-11-26-h200-history) imported
+    beside generated Orin sessions: the fleet matrix has a column per machine class, the H200's cells the advice of
+    its newest real session."""
+    import shutil
+
+    from history_sessions import session as orin_session
+    from pytest_jetmem.history.imports import import_source
+
+    real = Path(__file__).resolve().parents[2] / "benchmarks/results/2026-11-26-h200-history/demo-history.sqlite"
+    copy = tmp_path / "h200.sqlite"
+    shutil.copyfile(real, copy)
+    with open_store(str(tmp_path / "fleet.sqlite")) as store:
+        for seed in range(3):
+            store.add(orin_session(seed))
+        assert import_source(store, str(copy)).added == 27
+        matrix = fleet_matrix(store, None)
+    devices = sorted(c.device for c in matrix.classes)
+    assert devices == ["NVIDIA H200 (sm_90)", "Orin (sm_87)"]
+    h200 = next(c.machine_class for c in matrix.classes if c.device.startswith("NVIDIA H200"))
+    real_cells = [cell for (test, key, cls), cell in matrix.cells.items() if cls == h200]
+    assert len(real_cells) >= 20 and any(cell.pick == "device" for cell in real_cells)
+    assert "[2] Orin (sm_87)" in matrix.text() or "[1] Orin (sm_87)" in matrix.text()
