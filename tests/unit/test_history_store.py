@@ -4,6 +4,7 @@ at once holds what SQLite holds when the same sessions are stored one by one."""
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import signal
@@ -87,7 +88,7 @@ def test_an_older_store_is_migrated_in_one_step(tmp_path: Path, monkeypatch: pyt
         assert store.migrate((*schema.MIGRATIONS, v2), SCHEMA_VERSION + 1) == SCHEMA_VERSION
         assert store.schema_version() == SCHEMA_VERSION + 1
         assert len(store.sessions()) == 1  # the data stayed
-    with sqlite3.connect(path) as conn:
+    with contextlib.closing(sqlite3.connect(path)) as conn, conn:
         assert "note" in [c[1] for c in conn.execute("PRAGMA table_info(jetmem_sessions)")]
     newer = rf"newer pytest-jetmem \(schema version {SCHEMA_VERSION + 1}; this one knows up to {SCHEMA_VERSION}\)"
     with pytest.raises(StoreError, match=newer):
@@ -102,7 +103,7 @@ def test_a_failed_migration_leaves_the_store_as_it_was(tmp_path: Path) -> None:
         with pytest.raises(StoreError):
             store.migrate((*schema.MIGRATIONS, bad), SCHEMA_VERSION + 1)
         assert store.schema_version() == SCHEMA_VERSION
-    with sqlite3.connect(path) as conn:
+    with contextlib.closing(sqlite3.connect(path)) as conn, conn:
         assert not conn.execute("SELECT name FROM sqlite_master WHERE name = 'extra'").fetchall()
 
 
@@ -249,7 +250,7 @@ def test_a_version_1_store_from_a_real_gpu_run_is_migrated_and_read(tmp_path: Pa
     real = Path(TESTS).parent / "benchmarks" / "results" / "2026-11-26-h200-history" / "demo-history.sqlite"
     copy = tmp_path / "v1.sqlite"
     shutil.copyfile(real, copy)
-    with sqlite3.connect(copy) as conn:
+    with contextlib.closing(sqlite3.connect(copy)) as conn, conn:
         assert conn.execute("SELECT value FROM jetmem_meta").fetchone() == ("1",)
     with open_store(str(copy), create=False) as store:
         assert store.schema_version() == SCHEMA_VERSION

@@ -8,6 +8,7 @@ pytester runs against the fake driver (see test_plugin_runtime_baselines.py).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 import subprocess
@@ -39,6 +40,12 @@ def _repo(pytester: pytest.Pytester) -> str:
     _git(root, "add", "-A")
     _git(root, "commit", "-q", "-m", "first")
     return _git(root, "rev-parse", "HEAD")
+
+
+def _foreign_database(path: Path) -> None:
+    """Another program's SQLite database at ``path``."""
+    with contextlib.closing(sqlite3.connect(path)) as conn, conn:
+        conn.execute("CREATE TABLE other (x)")
 
 
 def _counts(path: Path) -> tuple[int, int, int]:
@@ -117,7 +124,7 @@ def test_an_interrupted_session_is_not_stored(pytester: pytest.Pytester, install
     [
         (lambda p: p.mkdir(parents=True), "is a directory; expected a SQLite file"),
         (lambda p: p.write_bytes(b"this is no database" * 100), "not a SQLite database, or a damaged one"),
-        (lambda p: sqlite3.connect(p).execute("CREATE TABLE other (x)").connection.commit(),
+        (lambda p: _foreign_database(p),
          "a SQLite database, but not a pytest-jetmem store"),
     ],
     ids=["directory", "corrupt", "foreign"],
@@ -144,7 +151,7 @@ def test_a_store_of_a_newer_schema_is_refused(pytester: pytest.Pytester, install
     install_fake_driver("orin", kernel_ms=0.1)
     path = pytester.path / "new.sqlite"
     open_store(str(path)).close()
-    with sqlite3.connect(path) as conn:
+    with contextlib.closing(sqlite3.connect(path)) as conn, conn:
         conn.execute("UPDATE jetmem_meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION + 1),))
     pytester.makepyfile(test_b=inner(BASE_FILE))
     result = pytester.runpytest(f"--jetmem-store={path}")

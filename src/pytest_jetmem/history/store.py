@@ -102,8 +102,12 @@ def _connect_sqlite(loc: Location, create: bool) -> _Connection:
                              StoreErrorKind.CANNOT_OPEN) from None
     try:
         conn = sqlite3.connect(str(path), timeout=LOCK_WAIT_S, isolation_level=None)
+    except sqlite3.Error as exc:
+        raise StoreError(loc.shown, f"cannot open: {exc}", StoreErrorKind.CANNOT_OPEN) from None
+    try:
         conn.execute("PRAGMA foreign_keys = ON")
     except sqlite3.Error as exc:
+        conn.close()
         raise StoreError(loc.shown, f"cannot open: {exc}", StoreErrorKind.CANNOT_OPEN) from None
     return conn
 
