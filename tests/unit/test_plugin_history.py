@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from fakes.fake_driver import FakeDriver, conftest_source
+from fakes.fake_driver import PROFILES, FakeDriver, conftest_source
 from pytest_jetmem.history.schema import SCHEMA_VERSION
 from pytest_jetmem.history.store import open_store
 from runtime_fixtures import _module_kernel_cache, _no_user_device_choice, jetmem_kernel_cache  # noqa: F401
@@ -267,3 +267,38 @@ def test_a_store_gone_at_the_end_keeps_the_session_aside_for_import(
     with open_store(str(target), create=False) as opened:
         (row,) = opened.sessions()
         assert len(opened.records(row.id)) == 3
+
+
+PROFILE_NAMES = {name: profile.device_name for name, profile in PROFILES.items()}
+
+FLEET_FILE = """
+@pytest.mark.memmode("device", "managed", "zero_copy")
+def test_fill(jetmem):
+    jetmem.measure(fill(jetmem), label="fill")
+"""
+
+
+def test_two_fake_boards_in_one_store_give_the_fleet_two_columns(
+    pytester: pytest.Pytester, install_fake_driver: InstallFake
+) -> None:
+    """Sessions of the fake Orin and the fake desktop GPU stored in one store: `history fleet` has a column per
+    machine class, each with the advice of its own session (the advice knows the Orin is integrated)."""
+    import io
+    import json
+
+    from pytest_jetmem.cli import main
+
+    pytester.makepyfile(test_f=inner(FLEET_FILE))
+    _repo(pytester)
+    for profile in ("orin", "dgpu"):
+        install_fake_driver(profile, kernel_ms=0.1)
+        assert pytester.runpytest("--jetmem-store", "-W", "ignore").ret == pytest.ExitCode.OK
+    out = io.StringIO()
+    assert main(["history", "fleet", "--json", "--store", str(pytester.path / STORE)], out=out) == 0
+    doc = json.loads(out.getvalue())
+    assert sorted(c["device"].split(" (")[0] for c in doc["classes"]) == sorted(["Orin", PROFILE_NAMES["dgpu"]])
+    (row,) = doc["rows"]
+    assert row["test"].endswith("test_fill") and len(row["cells"]) == 2
+    by_device = {c["machine_class"]: c["device"] for c in doc["classes"]}
+    rules = {by_device[cls].split(" (")[0]: cell["advice"]["rule"]["kind"] for cls, cell in row["cells"].items()}
+    assert rules["Orin"] != rules[PROFILE_NAMES["dgpu"]], rules  # the stored device facts: integrated or not
