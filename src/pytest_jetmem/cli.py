@@ -257,7 +257,7 @@ def _show(args: argparse.Namespace, out: TextIO) -> int:
     with _open(args) as store:
         branch = _branch(args, store)
         chosen = _chosen(store, branch, args.test, args.mode)
-        marks = {(c.series, c.device, c.after.uid): c for c in changes(store, branch, keep=lambda s: s in chosen)}
+        marks = {(c.series, c.device, c.after.uid): c for c in changes(store, branch, series=chosen)}
     for s in chosen:
         _write_series(s, branch, marks, out)
     return 0
@@ -339,14 +339,9 @@ def _repo_url(given: str | None) -> str | None:
     ``https://github.com/o/r.git`` both give ``https://github.com/o/r``); None where there is none."""
     if given:
         return given.rstrip("/")
-    import subprocess
+    from pytest_jetmem.history.context import git_output
 
-    try:
-        done = subprocess.run(["git", "remote", "get-url", "origin"], capture_output=True, text=True, timeout=30,
-                              check=False)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    url = done.stdout.strip() if done.returncode == 0 else ""
+    url = git_output(Path.cwd(), "remote", "get-url", "origin") or ""
     if url.startswith("git@") and ":" in url:
         host, path = url[len("git@"):].split(":", 1)
         url = f"https://{host}/{path}"

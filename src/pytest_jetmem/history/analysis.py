@@ -9,12 +9,12 @@ causes is a change point whose cause names the fields that changed. The method i
 
 from __future__ import annotations
 
-import subprocess
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from pytest_jetmem.history.context import git_output
 from pytest_jetmem.history.model import Ack, SeriesKey, SessionRow, commit_order
 from pytest_jetmem.history.store import Store
 from pytest_jetmem.measure.changepoints import ChangePoint, detect
@@ -24,12 +24,13 @@ __all__ = ["Change", "Series", "changes", "default_branch", "histories"]
 
 @dataclass(frozen=True)
 class Series:
-    """The points of one series on one device: its sessions in commit order and their medians (ms)."""
+    """The points of one series on one device: its sessions in commit order, their medians and MADs (ms)."""
 
     key: SeriesKey
     device: str
     sessions: tuple[SessionRow, ...]
     medians: tuple[float, ...]
+    mads: tuple[float, ...]
 
 
 @dataclass(frozen=True)
@@ -70,21 +71,17 @@ def histories(store: Store, branch: str | None) -> list[Series]:
     position = {row.id: i for i, row in enumerate(rows)}
     by_id = {row.id: row for row in rows}
     names = store.series()
-    points: dict[tuple[int, str], list[tuple[int, float]]] = {}
-    for session_id, series_id, median in store.medians():
+    points: dict[tuple[int, str], list[tuple[int, float, float]]] = {}
+    for session_id, series_id, median, mad, _ in store.points():
         row = by_id.get(session_id)
         if row is not None and median > 0:
-            points.setdefault((series_id, row.machine.device), []).append((position[session_id], median))
+            points.setdefault((series_id, row.machine.device), []).append((position[session_id], median, mad))
     out = []
     for (series_id, device), pts in sorted(points.items(), key=lambda kv: (names[kv[0][0]].name, kv[0][1])):
         pts.sort()
-        out.append(Series(names[series_id], device, tuple(rows[i] for i, _ in pts), tuple(m for _, m in pts)))
+        out.append(Series(names[series_id], device, tuple(rows[p[0]] for p in pts), tuple(p[1] for p in pts),
+                          tuple(p[2] for p in pts)))
     return out
-
-
-def _cause(before: SessionRow, after: SessionRow) -> tuple[str, ...]:
-    old, new = before.machine, after.machine
-    return tuple(f"{f} {getattr(old, f)!r} -> {getattr(new, f)!r}" for f in old.changed_fields(new))
 
 
 def _group(row: SessionRow) -> str:
@@ -92,35 +89,26 @@ def _group(row: SessionRow) -> str:
     return row.context.commit or f"session:{row.uid}"
 
 
-def changes(store: Store, branch: str | None, *, keep: Callable[[Series], bool] | None = None) -> list[Change]:
-    """The change points of every series of ``branch`` (those ``keep`` selects), acknowledged ones marked."""
+def changes(store: Store, branch: str | None, *, series: Sequence[Series] | None = None) -> list[Change]:
+    """The change points of every series of ``branch`` (of ``series`` where given: what :func:`histories` read
+    already), acknowledged ones marked."""
     acks = {(a.series, a.device, a.session_uid): a for a in store.acks()}
     found: list[Change] = []
-    for series in histories(store, branch):
-        if keep is not None and not keep(series):
-            continue
-        groups = [_group(row) for row in series.sessions]
-        for cp in detect(series.medians, groups=groups):
-            before, after = series.sessions[cp.index - 1], series.sessions[cp.index]
-            ack = acks.get((series.key, series.device, after.uid))
-            found.append(Change(series.key, series.device, cp, before, after, _cause(before, after), ack))
+    for one in histories(store, branch) if series is None else series:
+        groups = [_group(row) for row in one.sessions]
+        for cp in detect(one.medians, groups=groups):
+            before, after = one.sessions[cp.index - 1], one.sessions[cp.index]
+            ack = acks.get((one.key, one.device, after.uid))
+            cause = tuple(before.machine.changes(after.machine))
+            found.append(Change(one.key, one.device, cp, before, after, cause, ack))
     return found
-
-
-def _git(root: Path, *args: str) -> str | None:
-    try:
-        done = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=30,
-                              check=False)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return done.stdout.strip() or None if done.returncode == 0 else None
 
 
 def default_branch(store: Store, root: Path) -> str | None:
     """The branch a history is read on unless told: git's ``origin/HEAD`` where the store has sessions of it, else
     ``main``, ``master``, else the branch with the most sessions; None: the store has no session with a branch."""
     counts = Counter(row.context.branch for row in store.sessions() if row.context.branch)
-    remote = _git(root, "symbolic-ref", "-q", "--short", "refs/remotes/origin/HEAD")
+    remote = git_output(root, "symbolic-ref", "-q", "--short", "refs/remotes/origin/HEAD")
     candidates = [remote.split("/", 1)[-1]] if remote else []
     for name in (*candidates, "main", "master"):
         if counts.get(name):

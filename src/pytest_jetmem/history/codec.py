@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from pytest_jetmem.measure.record import MeasurementRecord
 
-__all__ = ["pack_record", "pack_samples", "unpack_record", "unpack_samples"]
+__all__ = ["json_finite", "pack_record", "pack_samples", "unpack_record", "unpack_samples"]
 
 
 def pack_samples(samples: Sequence[float]) -> bytes:
@@ -31,14 +31,15 @@ def unpack_samples(blob: bytes) -> tuple[float, ...]:
     return struct.unpack(f"<{len(raw) // 8}d", raw)
 
 
-def _finite(value: object) -> object:
-    """JSON has no NaN or infinity: such a figure is stored as null (the record reads null as not finite)."""
+def json_finite(value: object) -> object:
+    """``value`` with every non-finite float, in lists and dicts too, as None: JSON has no NaN or infinity, and a
+    record reads null as not finite."""
     if isinstance(value, float) and not math.isfinite(value):
         return None
     if isinstance(value, list):
-        return [_finite(v) for v in value]
+        return [json_finite(v) for v in value]
     if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
+        return {k: json_finite(v) for k, v in value.items()}
     return value
 
 
@@ -46,7 +47,7 @@ def pack_record(record: MeasurementRecord) -> bytes:
     """The record without its samples (they are stored apart), as stored."""
     obj = record.to_json()
     obj.pop("samples", None)
-    return zlib.compress(json.dumps(_finite(obj), separators=(",", ":"), allow_nan=False).encode(), 6)
+    return zlib.compress(json.dumps(json_finite(obj), separators=(",", ":"), allow_nan=False).encode(), 6)
 
 
 def unpack_record(blob: bytes, samples: Sequence[float]) -> MeasurementRecord:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-__all__ = ["SessionContext", "ci_branch", "ci_url", "read_context", "utc_iso"]
+__all__ = ["SessionContext", "ci_branch", "ci_url", "git_output", "read_context", "utc_iso"]
 
 #: CI variables that name the commit built, where git cannot say (checked in this order).
 _COMMIT_VARS = ("GITHUB_SHA", "CI_COMMIT_SHA", "BUILDKITE_COMMIT", "GIT_COMMIT", "CIRCLE_SHA1")
@@ -71,7 +71,7 @@ def ci_branch(environ: Mapping[str, str]) -> str | None:
     return next((environ[k] for k in _BRANCH_VARS if environ.get(k)), None)
 
 
-def _git(root: Path, *args: str) -> str | None:
+def git_output(root: Path, *args: str) -> str | None:
     """``git -C root args`` stdout stripped; None where git is missing or fails."""
     try:
         done = subprocess.run(
@@ -93,7 +93,7 @@ def _ci_context(root: Path, env: Mapping[str, str], url: str | None) -> SessionC
     """The context where git knows no commit (no repository, or no commit yet): the CI's commit and branch, where
     its variables say them, with a note saying why git could not."""
     from_ci = next((env[k] for k in _COMMIT_VARS if env.get(k)), None)
-    inside = _git(root, "rev-parse", "--is-inside-work-tree") == "true"
+    inside = git_output(root, "rev-parse", "--is-inside-work-tree") == "true"
     why = "no commit yet" if inside else "not in a git repository"
     note = f"{why}: the commit is unknown" if from_ci is None else f"{why}: the commit is the CI's ({from_ci})"
     return SessionContext(commit=from_ci, branch=ci_branch(env), ci_url=url, notes=(note,))
@@ -101,7 +101,7 @@ def _ci_context(root: Path, env: Mapping[str, str], url: str | None) -> SessionC
 
 def _parents(root: Path, parent_line: str) -> tuple[tuple[str, ...] | None, tuple[str, ...]]:
     """HEAD's parents (from ``git show``'s ``%P`` line) and the notes: None, with a note, in a shallow clone."""
-    if _git(root, "rev-parse", "--is-shallow-repository") == "true":
+    if git_output(root, "rev-parse", "--is-shallow-repository") == "true":
         return None, ("a shallow clone: the commit's parents are unknown (fetch with --depth=0 or fetch-depth: 0)",)
     return tuple(parent_line.split()), ()
 
@@ -109,11 +109,11 @@ def _parents(root: Path, parent_line: str) -> tuple[tuple[str, ...] | None, tupl
 def _git_context(root: Path, env: Mapping[str, str], commit: str, url: str | None) -> SessionContext:
     """The context of ``commit``, git's HEAD in ``root``: git's branch (else the CI's), commit time, parents and
     dirty flag (None where git cannot say)."""
-    branch = _git(root, "symbolic-ref", "-q", "--short", "HEAD") or ci_branch(env)
-    shown = _git(root, "show", "-s", "--format=%cI%n%P", "HEAD") or ""
+    branch = git_output(root, "symbolic-ref", "-q", "--short", "HEAD") or ci_branch(env)
+    shown = git_output(root, "show", "-s", "--format=%cI%n%P", "HEAD") or ""
     time_line, _, parent_line = shown.partition("\n")
     parents, notes = _parents(root, parent_line)
-    status = _git(root, "status", "--porcelain", "--untracked-files=no")
+    status = git_output(root, "status", "--porcelain", "--untracked-files=no")
     return SessionContext(
         commit=commit,
         branch=branch,
@@ -130,7 +130,7 @@ def read_context(root: str | os.PathLike[str], environ: Mapping[str, str] | None
     env = os.environ if environ is None else environ
     root = Path(root)
     url = ci_url(env)
-    commit = _git(root, "rev-parse", "--verify", "-q", "HEAD^{commit}")
+    commit = git_output(root, "rev-parse", "--verify", "-q", "HEAD^{commit}")
     if commit is None:
         return _ci_context(root, env, url)
     return _git_context(root, env, commit, url)

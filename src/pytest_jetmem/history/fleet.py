@@ -194,11 +194,11 @@ def _labels(machines: Mapping[str, Machine]) -> dict[str, str]:
     return out
 
 
-def _measured(store: Store, sessions: Sequence[SessionRow], branch: str | None) -> dict[int, set[tuple[str, str]]]:
+def _measured(store: Store) -> dict[int, set[tuple[str, str]]]:
     """Session id -> the (test, key) it measured in two or more modes (from the series, no samples decoded)."""
     names = store.series()
     modes: dict[int, dict[tuple[str, str], set[str]]] = {}
-    for session_id, series_id, _ in store.medians(None if branch is None else [s.id for s in sessions]):
+    for session_id, series_id, *_ in store.points():
         series = names[series_id]
         modes.setdefault(session_id, {}).setdefault((series.test, series.key), set()).add(series.mode)
     return {sid: {tk for tk, ms in by_test.items() if len(ms) >= 2} for sid, by_test in modes.items()}
@@ -241,7 +241,7 @@ def fleet_matrix(store: Store, branch: str | None) -> FleetMatrix:
     by_class: dict[str, list[SessionRow]] = {}
     for row in sessions:
         by_class.setdefault(row.machine.machine_class, []).append(row)
-    measured = _measured(store, sessions, branch)
+    measured = _measured(store)
     cells: dict[tuple[str, str, str], FleetCell] = {}
     for cls, rows in by_class.items():
         cells.update(_class_cells(store, cls, rows, _newest_sources(rows, measured)))

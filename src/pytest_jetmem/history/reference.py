@@ -30,8 +30,7 @@ def _why_none(store: Store, branch: str, machine: Machine) -> str:
     if not same_device:
         return f"no session of branch {branch!r} on {machine.device} in this store: nothing compared"
     newest = commit_order(same_device)[-1]
-    changed = [f"{f} {getattr(newest.machine, f)!r} -> {getattr(machine, f)!r}"
-               for f in newest.machine.changed_fields(machine)] or newest.machine.mismatches(machine)
+    changed = newest.machine.changes(machine) or newest.machine.mismatches(machine)
     return (f"no session of branch {branch!r} on this machine class ({machine.machine_class}) yet: its sessions on "
             f"{machine.device} ran on another class ({'; '.join(changed)}); a new class starts with this session")
 

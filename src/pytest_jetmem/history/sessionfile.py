@@ -12,10 +12,10 @@ GPU-free and pytest-free.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Mapping
 from typing import Any
 
+from pytest_jetmem.history.codec import json_finite
 from pytest_jetmem.history.context import SessionContext
 from pytest_jetmem.history.model import StoredSession
 from pytest_jetmem.machine.fingerprint import Machine
@@ -25,16 +25,6 @@ __all__ = ["FORMAT", "read_session_file", "session_file_bytes"]
 
 FORMAT = "pytest-jetmem-session"
 VERSION = 1
-
-
-def _finite(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, list):
-        return [_finite(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    return value
 
 
 def session_file_bytes(session: StoredSession) -> bytes:
@@ -49,7 +39,7 @@ def session_file_bytes(session: StoredSession) -> bytes:
         "context": session.context.to_dict(),
         "machine": session.machine.to_dict(),
         "device_facts": session.device_facts,
-        "records": [_finite(r.to_json()) for r in session.records],
+        "records": [json_finite(r.to_json()) for r in session.records],
     }
     return json.dumps(doc, indent=1, allow_nan=False).encode() + b"\n"
 

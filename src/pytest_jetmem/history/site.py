@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from html import escape
 from pathlib import Path
 
-from pytest_jetmem.history.analysis import Change, changes
+from pytest_jetmem.history.analysis import Change, Series, changes, histories
 from pytest_jetmem.history.context import utc_iso
 from pytest_jetmem.history.fleet import FleetCell, FleetMatrix, fleet_matrix
 from pytest_jetmem.history.model import SeriesKey, SessionRow, commit_order
@@ -103,30 +103,21 @@ class _Data:
         return [c for c in self.changes if c.series == track.key and c.device == track.device]
 
 
-def _tracks(store: Store, rows: Sequence[SessionRow]) -> list[_Track]:
-    """Every series per device over ``rows`` (commit order), from the stored medians and MADs (medians above 0, as
-    the analysis takes them), sorted by name and device."""
+def _tracks(rows: Sequence[SessionRow], series: Sequence[Series]) -> list[_Track]:
+    """Every series (:func:`~.analysis.histories`: per device, sorted by name and device) with its sessions' places
+    in ``rows`` (commit order)."""
     place = {row.id: i for i, row in enumerate(rows)}
-    names = store.series()
-    points: dict[tuple[int, str], list[tuple[int, float, float]]] = {}
-    for session_id, series_id, median, mad, _ in store.points():
-        i = place.get(session_id)
-        if i is not None and median > 0:
-            points.setdefault((series_id, rows[i].machine.device), []).append((i, median, mad))
-    tracks = []
-    for (series_id, device), pts in points.items():
-        pts.sort()
-        tracks.append(_Track(names[series_id], device, tuple(p[0] for p in pts), tuple(p[1] for p in pts),
-                             tuple(p[2] for p in pts)))
-    return sorted(tracks, key=lambda t: (t.key.name, t.device))
+    return [_Track(s.key, s.device, tuple(place[row.id] for row in s.sessions), s.medians, s.mads) for s in series]
 
 
 def _load(store: Store, branch: str | None) -> _Data:
-    """The sessions of ``branch`` in commit order, every series' points and the change points."""
+    """The sessions of ``branch`` in commit order, every series' points and the change points (the measurements
+    read once, for both)."""
     rows = tuple(commit_order(store.sessions(branch=branch)))
-    tracks = _tracks(store, rows)
+    series = histories(store, branch)
+    tracks = _tracks(rows, series)
     modes = tuple(sorted({t.key.mode for t in tracks}))
-    return _Data(branch, rows, tuple(tracks), tuple(changes(store, branch)),
+    return _Data(branch, rows, tuple(tracks), tuple(changes(store, branch, series=series)),
                  {row.uid: i for i, row in enumerate(rows)}, modes, tuple(row.machine.machine_class for row in rows))
 
 

@@ -20,7 +20,8 @@ import json
 import os
 import re
 import sqlite3
-from collections.abc import Iterable, Iterator, Sequence
+import sys
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -131,7 +132,7 @@ def _connect_postgres(loc: Location) -> _Connection:
 def _db_errors() -> tuple[type[BaseException], ...]:
     """The database errors of the drivers loaded (psycopg's only where it is imported)."""
     errors: list[type[BaseException]] = [sqlite3.Error]
-    psycopg = __import__("sys").modules.get("psycopg")
+    psycopg = sys.modules.get("psycopg")
     if psycopg is not None:
         errors.append(psycopg.Error)
     return tuple(errors)
@@ -370,14 +371,6 @@ class Store:
         """Every series, by its id."""
         return {int(r[0]): SeriesKey(*r[1:]) for r in self._rows(
             "SELECT id, nodeid, test, mode, label, scope FROM jetmem_series ORDER BY id")}
-
-    def medians(self, session_ids: Iterable[int] | None = None) -> list[tuple[int, int, float]]:
-        """(session id, series id, median ms) of every stored measurement (of ``session_ids`` where given)."""
-        rows = self._rows("SELECT session_id, series_id, median FROM jetmem_measurements")
-        if session_ids is None:
-            return [(int(a), int(b), float(c)) for a, b, c in rows]
-        wanted = set(session_ids)
-        return [(int(a), int(b), float(c)) for a, b, c in rows if int(a) in wanted]
 
     def points(self) -> list[tuple[int, int, float, float, int]]:
         """(session id, series id, median ms, MAD ms, samples) of every stored measurement, without decoding samples."""

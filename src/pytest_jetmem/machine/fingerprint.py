@@ -164,6 +164,10 @@ class Machine:
         """The :data:`CAUSE_FIELDS` whose values differ between this machine and ``other`` (a step's cause)."""
         return [name for name in CAUSE_FIELDS if getattr(self, name) != getattr(other, name)]
 
+    def changes(self, other: Machine) -> list[str]:
+        """:meth:`changed_fields` with their values, this machine's first: ``["driver_version 12060 -> 12080"]``."""
+        return [f"{f} {getattr(self, f)!r} -> {getattr(other, f)!r}" for f in self.changed_fields(other)]
+
     def mismatches(self, other: Machine) -> list[str]:
         """Human-readable fingerprint differences, this machine's value first.
 
