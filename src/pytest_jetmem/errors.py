@@ -178,6 +178,9 @@ class StoreErrorKind(str, Enum):
     NEWER = "newer"  # written by a newer pytest-jetmem (a schema version this one does not know)
     MISSING_DRIVER = "missing_driver"  # PostgreSQL without psycopg installed
     CANNOT_WRITE = "cannot_write"  # a write failed (the transaction rolled back: the store is as it was)
+    DAMAGED = "damaged"  # a stored measurement's samples or record cannot be decoded (the rest reads)
+    CONFLICT = "conflict"  # a deadlock or serialization failure with another writer, still so after retries
+    TIMEOUT = "timeout"  # waited too long for a lock held by another client, or a statement ran too long
 
 
 class StoreError(JetmemError):

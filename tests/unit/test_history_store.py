@@ -63,6 +63,14 @@ def test_samples_are_packed_losslessly() -> None:
         ("plain.sqlite", "sqlite", "plain.sqlite"),
         ("postgresql://u:secret@h:5/db", "postgresql", "postgresql://u:***@h:5/db"),
         ("postgres://u@h/db", "postgresql", "postgres://u@h/db"),
+        ("postgresql://u:se/cr@et@h/db", "postgresql", "postgresql://u:***@h/db"),  # raw / and @: the last @
+        ("postgresql://u:a:b@h/db?sslmode=require", "postgresql", "postgresql://u:***@h/db?sslmode=require"),
+        ("postgresql://u@h/db?password=secret&sslmode=require", "postgresql",
+         "postgresql://u@h/db?password=***&sslmode=require"),
+        ("postgresql://h/db?sslpassword=key&password=secret", "postgresql",
+         "postgresql://h/db?sslpassword=***&password=***"),
+        ("postgresql://h:5432/db?application_name=ci@runner", "postgresql",
+         "postgresql://h:5432/db?application_name=ci@runner"),
     ],
 )
 def test_locations(text: str, kind: str, where: str, tmp_path: Path) -> None:
@@ -77,6 +85,22 @@ def test_bad_locations_say_what_is_expected(text: str) -> None:
         parse_location(text)
     assert info.value.kind is StoreErrorKind.BAD_URL
     assert "expected" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "text", ["postgres//ci@db/jetmem", "postgresql//ci@db/jetmem", "postgresql:/ci@db/jetmem", "POSTGRESQL:ci@db/x",
+             "postgres:://db/x"],
+)
+def test_a_known_scheme_without_its_colon_or_slash_is_refused_not_taken_for_a_path(
+    text: str, tmp_path: Path
+) -> None:
+    with pytest.raises(StoreError) as info:
+        parse_location(text, tmp_path)
+    assert info.value.kind is StoreErrorKind.BAD_URL
+    assert info.value.reason == ("looks like a postgresql URL with a missing ':' or '/': expected "
+                                 "postgresql://USER@HOST/DB")
+    assert not list(tmp_path.iterdir())
+    assert parse_location("postgres/h.sqlite", tmp_path).kind == "sqlite"  # a folder of that name stays a path
 
 
 def test_an_older_store_is_migrated_in_one_step(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -242,9 +266,10 @@ def test_postgresql_read_only_and_unreachable(postgres_server: PostgresServer) -
     assert info.value.url == closed
 
 
-def test_a_version_1_store_from_a_real_gpu_run_is_migrated_and_read(tmp_path: Path) -> None:
+def test_a_version_1_store_from_a_real_gpu_run_is_read_as_it_is_and_migrated_by_a_writer(tmp_path: Path) -> None:
     """The store of 27 demo sessions on an H200 (benchmarks/results/2026-11-26-h200-history), written with schema
-    version 1 before the device facts were kept: opened, it is brought to this version and reads whole."""
+    version 1 before the device facts were kept: opened for reading, it reads whole and the file stays byte for
+    byte as it was; opened for writing, it is brought to this version."""
     import shutil
 
     real = Path(TESTS).parent / "benchmarks" / "results" / "2026-11-26-h200-history" / "demo-history.sqlite"
@@ -252,9 +277,16 @@ def test_a_version_1_store_from_a_real_gpu_run_is_migrated_and_read(tmp_path: Pa
     shutil.copyfile(real, copy)
     with contextlib.closing(sqlite3.connect(copy)) as conn, conn:
         assert conn.execute("SELECT value FROM jetmem_meta").fetchone() == ("1",)
+    before = copy.read_bytes()
     with open_store(str(copy), create=False) as store:
-        assert store.schema_version() == SCHEMA_VERSION
+        assert store.version == store.schema_version() == 1
         rows = store.sessions()
         assert len(rows) == 27 and all(r.device_facts is None for r in rows)
         assert all(r.machine.device_name == "NVIDIA H200" for r in rows)
         assert len(store.records(rows[0].id)) == 116
+        assert store.reported() == []
+    assert copy.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["v1.sqlite"]  # no journal either
+    with open_store(str(copy), write=True) as store:
+        assert store.schema_version() == SCHEMA_VERSION
+        assert len(store.sessions()) == 27 and store.reported() == []

@@ -23,9 +23,19 @@ def pack_samples(samples: Sequence[float]) -> bytes:
     return zlib.compress(struct.pack(f"<{len(samples)}d", *samples), 6)
 
 
+def _inflate(blob: object) -> bytes:
+    """The bytes :func:`zlib.compress` made ``blob`` from; ValueError where ``blob`` is not such bytes."""
+    if not isinstance(blob, (bytes, bytearray, memoryview)):
+        raise ValueError(f"a {type(blob).__name__} where compressed bytes were expected")
+    try:
+        return zlib.decompress(bytes(blob))
+    except zlib.error as exc:
+        raise ValueError(f"not zlib data: {exc}") from None
+
+
 def unpack_samples(blob: bytes) -> tuple[float, ...]:
-    """Inverse of :func:`pack_samples`; ValueError for bytes it did not write."""
-    raw = zlib.decompress(bytes(blob))
+    """Inverse of :func:`pack_samples`; ValueError (only) for bytes it did not write."""
+    raw = _inflate(blob)
     if len(raw) % 8:
         raise ValueError(f"stored samples: {len(raw)} bytes is not a whole number of binary64 values")
     return struct.unpack(f"<{len(raw) // 8}d", raw)
@@ -51,7 +61,13 @@ def pack_record(record: MeasurementRecord) -> bytes:
 
 
 def unpack_record(blob: bytes, samples: Sequence[float]) -> MeasurementRecord:
-    """The record :func:`pack_record` stored, with its samples put back; RecordError where it is not one."""
-    obj = json.loads(zlib.decompress(bytes(blob)).decode())
+    """The record :func:`pack_record` stored, with its samples put back; ValueError (RecordError where it decodes
+    but is not a record) for bytes it did not write."""
+    try:
+        obj = json.loads(_inflate(blob).decode())
+    except UnicodeDecodeError as exc:  # json.JSONDecodeError is a ValueError already
+        raise ValueError(f"not UTF-8 text: {exc.reason} at byte {exc.start}") from None
+    if not isinstance(obj, dict):
+        raise ValueError(f"a JSON {type(obj).__name__} where a measurement record's object was expected")
     obj["samples"] = list(samples)
     return MeasurementRecord.from_json(obj)

@@ -6,14 +6,16 @@ GPU-free and pytest-free.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import heapq
+import itertools
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from pytest_jetmem.history.context import SessionContext
 from pytest_jetmem.machine.fingerprint import Machine
 from pytest_jetmem.measure.record import MeasurementRecord
 
-__all__ = ["Ack", "SeriesKey", "SessionRow", "StoredSession", "commit_order"]
+__all__ = ["Ack", "Reported", "SeriesKey", "SessionRow", "StoredSession", "commit_order"]
 
 
 @dataclass(frozen=True)
@@ -91,9 +93,65 @@ class Ack:
     created: str
 
 
-def commit_order(sessions: Iterable[SessionRow]) -> list[SessionRow]:
-    """The sessions in commit order: by commit time (a session of an unknown commit: by its start), then by start.
+@dataclass(frozen=True)
+class Reported:
+    """A change point already reported: the series, the device, the first session after the change (its ``uid``
+    and commit), its size in percent and when it was reported (ISO 8601, UTC)."""
 
-    Sessions of one commit stay together (their commit time is one); a history is read in this order.
+    series: SeriesKey
+    device: str
+    session_uid: str
+    commit: str | None
+    change_pct: float
+    reported: str
+
+
+def _time_key(s: SessionRow) -> tuple[str, str, str, int]:
+    return (s.context.commit_time or s.started, s.context.commit or "", s.started, s.id)
+
+
+def commit_order(sessions: Iterable[SessionRow], chain: Sequence[str] = ()) -> list[SessionRow]:
+    """The sessions in commit order, sessions of one commit together (by start), as a history is read.
+
+    Git decides where it can: a commit comes after every stored commit among its stored ``parents``, and after the
+    stored commits before it on ``chain`` (a branch's first-parent history, oldest first, as ``git rev-list
+    --first-parent --reverse`` gives it; empty: none). Between commits git does not order (a shallow clone, a commit
+    whose parent was never stored, a rebased-away commit), commit time decides, then the hash; a session of an
+    unknown commit is a commit of its own, placed by its start. Commits made in one second (a rebase, ``git am``)
+    thus read in git's order.
     """
-    return sorted(sessions, key=lambda s: (s.context.commit_time or s.started, s.context.commit or "", s.started, s.id))
+    rows = sorted(sessions, key=_time_key)
+    groups: dict[str, list[SessionRow]] = {}
+    for row in rows:
+        groups.setdefault(row.context.commit or f"session:{row.uid}", []).append(row)
+    order = list(groups)
+    rank = {k: i for i, k in enumerate(order)}
+    after: dict[str, set[str]] = {k: set() for k in order}
+    waiting = dict.fromkeys(order, 0)
+
+    def edge(first: str, then: str) -> None:
+        if first != then and then not in after[first]:
+            after[first].add(then)
+            waiting[then] += 1
+
+    for k in order:
+        for parent in {p for row in groups[k] for p in (row.context.parents or ())}:
+            if parent in groups:
+                edge(parent, k)
+    on_chain = [c for c in chain if c in groups]
+    for first, then in itertools.pairwise(on_chain):
+        edge(first, then)
+    ready = [(rank[k], k) for k in order if waiting[k] == 0]
+    heapq.heapify(ready)
+    out: list[str] = []
+    while ready:
+        _, k = heapq.heappop(ready)
+        out.append(k)
+        for then in after[k]:
+            waiting[then] -= 1
+            if waiting[then] == 0:
+                heapq.heappush(ready, (rank[then], then))
+    if len(out) < len(order):  # a cycle (parents that contradict the chain): the rest by time
+        placed = set(out)
+        out += [k for k in order if k not in placed]
+    return [row for k in out for row in groups[k]]

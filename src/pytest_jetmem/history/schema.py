@@ -1,9 +1,10 @@
 """The results store's schema: its tables (the same in SQLite and PostgreSQL), its version and its migrations.
 
-Version :data:`SCHEMA_VERSION`; ``jetmem_meta`` holds ``schema_version``. A store is brought up to this version
-by running, in one transaction, each migration of :data:`MIGRATIONS` above the store's version, in order (the
-first migration makes the tables of version 1 in an empty database). A store of a higher version is refused:
-it was written by a newer pytest-jetmem. docs/history.md documents every table and column.
+Version :data:`SCHEMA_VERSION`; ``jetmem_meta`` holds ``schema_version``. A store opened for writing is brought up
+to this version by running, in one transaction under the write lock, each migration of :data:`MIGRATIONS` above the
+store's version, in order (the first migration makes the tables of version 1 in an empty database); a store opened
+for reading is read at its own version. A store of a higher version is refused: it was written by a newer
+pytest-jetmem. docs/history.md documents every table and column.
 
 Tables (``{id}``, ``{blob}``, ``{real}`` are the dialect's types: :data:`DIALECTS`):
 
@@ -17,6 +18,8 @@ Tables (``{id}``, ``{blob}``, ``{real}`` are the dialect's types: :data:`DIALECT
   (:mod:`~pytest_jetmem.history.codec`) and the rest of the measurement record (compressed JSON).
 - ``jetmem_acks``: an acknowledged change point: the series, the device, the first session after the change
   (its ``uid`` and commit), the reason, who and when.
+- ``jetmem_reported`` (version 3): a change point already reported: the series, the device, the first session
+  after the change (its ``uid`` and commit), the change in percent and when it was reported.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from dataclasses import dataclass
 
 __all__ = ["DIALECTS", "MIGRATIONS", "SCHEMA_VERSION", "Dialect", "Migration"]
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 
 @dataclass(frozen=True)
@@ -119,5 +122,18 @@ _V1 = (
 #: PAGEABLE_MEMORY_ACCESS), JSON; NULL for sessions stored before (their cells are advised without them).
 _V2 = ("ALTER TABLE jetmem_sessions ADD COLUMN device_facts TEXT",)
 
+#: Version 3: the change points already reported (so that each is reported once), keyed like an acknowledgement.
+_V3 = (
+    """CREATE TABLE jetmem_reported (
+        series_id BIGINT NOT NULL REFERENCES jetmem_series (id),
+        device TEXT NOT NULL,
+        session_uid TEXT NOT NULL,
+        commit_sha TEXT,
+        change_pct {real} NOT NULL,
+        reported TEXT NOT NULL,
+        PRIMARY KEY (series_id, device, session_uid)
+    )""",
+)
+
 #: Every migration, from an empty database on; a new schema version appends one (never edits one).
-MIGRATIONS: tuple[Migration, ...] = (Migration(1, _V1), Migration(2, _V2))
+MIGRATIONS: tuple[Migration, ...] = (Migration(1, _V1), Migration(2, _V2), Migration(3, _V3))
