@@ -88,3 +88,42 @@ def test_ci_urls(env: dict[str, str], url: str | None) -> None:
 
 def test_a_pull_request_branch_is_its_head() -> None:
     assert ci_branch({"GITHUB_HEAD_REF": "fix", "GITHUB_REF_NAME": "12/merge"}) == "fix"
+
+
+NO_BRANCH = ("a detached HEAD and no CI branch variable: the session is stored under no branch (set JETMEM_BRANCH or "
+             "check out a branch)")
+
+
+def test_a_detached_head_takes_the_branch_that_contains_it(repo: Path) -> None:
+    """Without a CI variable: the default branch where it contains the commit, else the only branch that does."""
+    git(repo, "checkout", "-q", "-b", "feature")
+    git(repo, "commit", "-q", "--allow-empty", "-m", "three")
+    git(repo, "checkout", "-q", "--detach", "main~1")  # in main and feature: main
+    ctx = read_context(repo, {})
+    assert ctx.branch == "main" and not ctx.notes
+    git(repo, "checkout", "-q", "--detach", "feature")  # in feature only
+    ctx = read_context(repo, {})
+    assert ctx.branch == "feature" and not ctx.notes
+
+
+def test_a_detached_head_no_branch_contains_is_stored_under_none_said_once(repo: Path) -> None:
+    git(repo, "checkout", "-q", "--detach")
+    git(repo, "commit", "-q", "--allow-empty", "-m", "on no branch")
+    ctx = read_context(repo, {})
+    assert ctx.branch is None and ctx.notes == (NO_BRANCH,)
+    ctx = read_context(repo, {"CI_COMMIT_REF_NAME": "mr-7"})  # the CI says it: no note
+    assert ctx.branch == "mr-7" and not ctx.notes
+
+
+def test_jetmem_branch_names_the_branch_before_git_and_the_ci(repo: Path, tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    env = {"JETMEM_BRANCH": "release/2", "GITHUB_REF_NAME": "12/merge"}
+    assert read_context(repo, env).branch == "release/2"  # on main
+    git(repo, "checkout", "-q", "--detach")
+    git(repo, "commit", "-q", "--allow-empty", "-m", "on no branch")
+    ctx = read_context(repo, env)
+    assert ctx.branch == "release/2" and not ctx.notes
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path))
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    assert read_context(plain, env).branch == "release/2"  # outside git too

@@ -3,19 +3,24 @@
 :func:`read_context` asks git (``git -C ROOT ...``) and the CI's environment variables. What cannot be known is
 recorded as unknown (None) with a note that says why, never guessed: outside a git repository the commit is
 unknown (a CI's own variable, such as ``GITHUB_SHA``, is used where set); in a shallow clone the parents are
-unknown. GPU-free and pytest-free.
+unknown. The branch: ``JETMEM_BRANCH`` where set, else git's, else the CI's variables, else (a detached HEAD) the
+local branch that contains the commit; where none does, no branch, with a note. GPU-free and pytest-free.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-__all__ = ["SessionContext", "ci_branch", "ci_url", "git_output", "read_context", "utc_iso"]
+__all__ = ["BRANCH_VAR", "SessionContext", "ci_branch", "ci_url", "git_output", "read_context", "utc_iso"]
+
+#: The environment variable that names the branch a session is stored under, before git and the CI's variables.
+BRANCH_VAR = "JETMEM_BRANCH"
 
 #: CI variables that name the commit built, where git cannot say (checked in this order).
 _COMMIT_VARS = ("GITHUB_SHA", "CI_COMMIT_SHA", "BUILDKITE_COMMIT", "GIT_COMMIT", "CIRCLE_SHA1")
@@ -96,7 +101,7 @@ def _ci_context(root: Path, env: Mapping[str, str], url: str | None) -> SessionC
     inside = git_output(root, "rev-parse", "--is-inside-work-tree") == "true"
     why = "no commit yet" if inside else "not in a git repository"
     note = f"{why}: the commit is unknown" if from_ci is None else f"{why}: the commit is the CI's ({from_ci})"
-    return SessionContext(commit=from_ci, branch=ci_branch(env), ci_url=url, notes=(note,))
+    return SessionContext(commit=from_ci, branch=env.get(BRANCH_VAR) or ci_branch(env), ci_url=url, notes=(note,))
 
 
 def _parents(root: Path, parent_line: str) -> tuple[tuple[str, ...] | None, tuple[str, ...]]:
@@ -106,13 +111,37 @@ def _parents(root: Path, parent_line: str) -> tuple[tuple[str, ...] | None, tupl
     return tuple(parent_line.split()), ()
 
 
+_NO_BRANCH = (f"a detached HEAD and no CI branch variable: the session is stored under no branch (set {BRANCH_VAR} "
+              "or check out a branch)")
+
+
+def _containing_branch(root: Path) -> str | None:
+    """For a detached HEAD: the local branch that contains it: the default one (``origin/HEAD``'s, ``main``,
+    ``master``) where it is among them, else the only one, else the nearest (``git name-rev``); None where no local
+    branch contains it."""
+    listed = git_output(root, "for-each-ref", "--contains", "HEAD", "--format=%(refname:short)", "refs/heads")
+    names = listed.splitlines() if listed else []
+    if len(names) <= 1:
+        return names[0] if names else None
+    remote_default = git_output(root, "symbolic-ref", "-q", "--short", "refs/remotes/origin/HEAD") or ""
+    for default in (remote_default.partition("/")[2], "main", "master"):
+        if default in names:
+            return default
+    nearest = git_output(root, "name-rev", "--name-only", "--no-undefined", "--refs=refs/heads/*", "HEAD") or ""
+    nearest = re.split(r"[~^]", nearest, maxsplit=1)[0]
+    return nearest if nearest in names else sorted(names)[0]
+
+
 def _git_context(root: Path, env: Mapping[str, str], commit: str, url: str | None) -> SessionContext:
-    """The context of ``commit``, git's HEAD in ``root``: git's branch (else the CI's), commit time, parents and
-    dirty flag (None where git cannot say)."""
-    branch = git_output(root, "symbolic-ref", "-q", "--short", "HEAD") or ci_branch(env)
+    """The context of ``commit``, git's HEAD in ``root``: its branch (``JETMEM_BRANCH``, else git's, else the CI's,
+    else a branch that contains the commit), commit time, parents and dirty flag (None where git cannot say)."""
+    branch = (env.get(BRANCH_VAR) or git_output(root, "symbolic-ref", "-q", "--short", "HEAD") or ci_branch(env)
+              or _containing_branch(root))
     shown = git_output(root, "show", "-s", "--format=%cI%n%P", "HEAD") or ""
     time_line, _, parent_line = shown.partition("\n")
     parents, notes = _parents(root, parent_line)
+    if branch is None:
+        notes += (_NO_BRANCH,)
     status = git_output(root, "status", "--porcelain", "--untracked-files=no")
     return SessionContext(
         commit=commit,

@@ -24,6 +24,7 @@ import contextlib
 import os
 import tempfile
 import time
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -406,14 +407,77 @@ class MeasureCall:
 
 @contextlib.contextmanager
 def gpu_lock(ordinal: int | None) -> Iterator[None]:
-    """Hold an exclusive per-GPU file lock while timing: xdist workers sharing a GPU never overlap."""
+    """Hold an exclusive per-GPU file lock while timing: processes sharing a GPU (xdist workers, every user of the
+    machine) never overlap. The lock file, ``pytest-jetmem-gpu{ordinal}.lock`` in the temporary folder, is made
+    readable and writable by everyone (0o666, whatever the umask) and opened read-only where another user's file
+    cannot be written (flock needs no write access); where it cannot be opened at all, a lock file of this user's
+    own is used, said once (:func:`_open_gpu_lock`)."""
     if ordinal is None or fcntl is None:
         yield
         return
-    path = os.path.join(tempfile.gettempdir(), f"pytest-jetmem-gpu{ordinal}.lock")
-    with open(path, "a") as fh:
-        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+    fd = _open_gpu_lock(ordinal)
+    if fd is None:
+        yield
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
         try:
             yield
         finally:
-            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+
+
+#: The lock files already said to be unusable (said once per process).
+_LOCK_PROBLEMS_SAID: set[str] = set()
+
+
+def _open_lock_file(path: str) -> int:
+    """A descriptor of the lock file ``path``, made 0o666 where this call creates it; opened for writing where it
+    may be, else read-only. OSError where it cannot be opened at all."""
+    for _ in range(3):  # made and removed by others between the calls: try again
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o666)
+        except FileExistsError:
+            pass
+        else:
+            with contextlib.suppress(OSError):  # the umask took bits away: every user of the machine opens it
+                os.fchmod(fd, 0o666)
+            return fd
+        try:  # no O_CREAT: a sticky temp folder (protected_regular) may refuse it for another user's file
+            return os.open(path, os.O_RDWR)
+        except PermissionError:
+            return os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            continue
+    return os.open(path, os.O_RDONLY)
+
+
+def _open_gpu_lock(ordinal: int) -> int | None:
+    """The shared lock file of GPU ``ordinal``; where it cannot be opened, this user's own (said once: processes of
+    other users are then not kept apart from this one's); None, said once, where neither can be opened."""
+    folder = tempfile.gettempdir()
+    shared = os.path.join(folder, f"pytest-jetmem-gpu{ordinal}.lock")
+    try:
+        return _open_lock_file(shared)
+    except OSError as exc:
+        problem = f"{shared}: {exc.strerror or exc}"
+    own = os.path.join(folder, f"pytest-jetmem-gpu{ordinal}-{os.getuid()}.lock")
+    try:
+        fd = _open_lock_file(own)
+    except OSError as exc:
+        _say_once(shared, f"jetmem: cannot open the GPU lock file {problem}, nor {own}: {exc.strerror or exc}: "
+                  f"timings on GPU {ordinal} are not kept apart from other processes' (set TMPDIR to a writable "
+                  "folder)")
+        return None
+    _say_once(shared, f"jetmem: cannot open the GPU lock file {problem}: using {own} instead, so other users' "
+              f"processes timing on GPU {ordinal} are not kept apart from this one's")
+    return fd
+
+
+def _say_once(key: str, text: str) -> None:
+    """Warn ``text`` the first time ``key`` has a problem in this process."""
+    if key not in _LOCK_PROBLEMS_SAID:
+        _LOCK_PROBLEMS_SAID.add(key)
+        warnings.warn(text, stacklevel=1)

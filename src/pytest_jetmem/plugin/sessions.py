@@ -7,11 +7,16 @@ measurements, the machine record) belongs to the ``memmode_runtime`` half and is
 
 from __future__ import annotations
 
+import signal
+import sys
+import threading
 import uuid
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from types import FrameType
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -237,16 +242,43 @@ _INTERRUPTED = pytest.StashKey[str]()
 
 
 class Interruptions:
-    """Notes what interrupted the session (``pytest_keyboard_interrupt`` is told no config)."""
+    """Notes what interrupted the session (``pytest_keyboard_interrupt`` is told no config), and every Ctrl-C the
+    moment it arrives: a SIGINT handler notes it before the previous handler raises ``KeyboardInterrupt``. The hook
+    alone misses a second Ctrl-C that lands while pytest handles the first (the terminal formats the traceback
+    before this hook runs), and then the session ends as if it had run to its end."""
 
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
+        self._previous: Callable[[int, FrameType | None], Any] | None = None
+
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        """Hear SIGINT from now on, where Python handles it (not where it is ignored) and on the main thread."""
+        previous = signal.getsignal(signal.SIGINT)
+        if not callable(previous) or threading.current_thread() is not threading.main_thread():
+            return
+        self._previous = previous
+        signal.signal(signal.SIGINT, self._on_sigint)
+
+    def _on_sigint(self, signum: int, frame: FrameType | None) -> Any:
+        note_interrupted(self.config, "KeyboardInterrupt")
+        assert self._previous is not None
+        return self._previous(signum, frame)  # Python's own raises KeyboardInterrupt
+
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        """Give SIGINT back to the handler it had (where ours is still the one installed)."""
+        if self._previous is not None and signal.getsignal(signal.SIGINT) == self._on_sigint:
+            signal.signal(signal.SIGINT, self._previous)
+        self._previous = None
 
     def pytest_keyboard_interrupt(self, excinfo: pytest.ExceptionInfo[BaseException]) -> None:
-        # Ctrl-C raises KeyboardInterrupt itself; the runners' subclasses (pytest's Session.Interrupted, xdist's
-        # Interrupted) are the stops a run asks for
-        if excinfo.type is KeyboardInterrupt or isinstance(excinfo.value, pytest.exit.Exception):
+        if _is_interruption(excinfo.value):
             note_interrupted(self.config, excinfo.typename)
+
+
+def _is_interruption(exc: BaseException | None) -> bool:
+    """Ctrl-C raises KeyboardInterrupt itself, and ``pytest.exit()`` its exception; the runners' subclasses of
+    KeyboardInterrupt (pytest's Session.Interrupted, xdist's Interrupted) are the stops a run asks for."""
+    return type(exc) is KeyboardInterrupt or isinstance(exc, pytest.exit.Exception)
 
 
 def session_interrupted(config: pytest.Config) -> str | None:
@@ -255,13 +287,22 @@ def session_interrupted(config: pytest.Config) -> str | None:
 
     Interrupted: the session ended on a ``KeyboardInterrupt`` (Ctrl-C, or raised by a test or a plugin) or on
     ``pytest.exit()``, here or, under xdist, on a worker: the tests after it never ran, so what it measured is not
-    the session it claims to be. Not interrupted: a stop the run asked for (``-x``/``--maxfail``, ``--stepwise``,
-    collection errors: pytest's ``Session.Interrupted`` and xdist's ``Interrupted``, whose exit status is 2 too):
-    the tests that ran, ran to their end, and they are kept. Under xdist an interrupted worker keeps nothing and
-    the controller says so; workers the interruption did not reach (a KeyboardInterrupt raised by one test, not
-    Ctrl-C) end normally and still save theirs.
+    the session it claims to be. So is a session that heard Ctrl-C at any moment (noted by the SIGINT handler, even
+    where code swallowed the KeyboardInterrupt), and one whose end hooks run while a KeyboardInterrupt is in flight
+    (a second one raised while pytest handled the first: pytest then ends the session with exit status 0). Not
+    interrupted: a stop the run asked for (``-x``/``--maxfail``, ``--stepwise``, collection errors: pytest's
+    ``Session.Interrupted`` and xdist's ``Interrupted``, whose exit status is 2 too): the tests that ran, ran to
+    their end, and they are kept. Under xdist an interrupted worker keeps nothing and the controller says so;
+    workers the interruption did not reach (a KeyboardInterrupt raised by one test, not Ctrl-C) end normally and
+    still save theirs.
     """
-    return config.stash.get(_INTERRUPTED, None)
+    noted = config.stash.get(_INTERRUPTED, None)
+    if noted is None:
+        in_flight = sys.exc_info()[1]
+        if _is_interruption(in_flight):
+            noted = type(in_flight).__name__
+            note_interrupted(config, noted)
+    return noted
 
 
 def note_interrupted(config: pytest.Config, what: str) -> None:
