@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import functools
 import math
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -50,7 +51,7 @@ import numpy as np
 
 from pytest_jetmem.measure.stats import MAD_TO_SIGMA, student_t_ppf, student_t_sf2
 
-__all__ = ["CONFIDENCE", "ChangePoint", "default_penalty", "detect", "pelt"]
+__all__ = ["CONFIDENCE", "ChangePoint", "Detection", "analyse", "default_penalty", "detect", "outliers", "pelt"]
 
 #: The confidence of :attr:`ChangePoint.ci`.
 CONFIDENCE = 0.99
@@ -58,6 +59,17 @@ CONFIDENCE = 0.99
 _SIGMA_FLOOR = 1e-9
 #: Spread (relative to the log values' size) below which a side is taken as exactly constant.
 _EXACT = 1e-12
+#: A side of the confirming test of at least this many points is tested less its most extreme point, where that lies
+#: more than this many noise scales from the side's median.
+_TRIM_FROM = 4
+_EXTREME_Z = 4.0
+#: Outlier sessions: the neighbours looked at on each side, and how far (in standard deviations of the difference
+#: between a session and its neighbours' median) a session must lie from both sides' medians.
+_OUTLIER_REACH = 5
+_OUTLIER_Z = 5.0
+#: The longest run of consecutive sessions that can be outliers: one more is a segment (interior segments of
+#: :func:`detect`'s default ``min_size``, 3, are steps or excursions of their own).
+_OUTLIER_RUN = 2
 
 
 @dataclass(frozen=True)
@@ -73,8 +85,9 @@ class ChangePoint:
     ratio: float  # after / before: exp of the difference of the log means
     ci: tuple[float, float]  # its 99% interval (t interval on the log means, pooled variance)
     p_value: float  # two-sided; the larger of the t-test's on the sides and on the sides less their strongest point
-    n_before: int
+    n_before: int  # commits
     n_after: int
+    before_index: int = -1  # the last counted point before the change (index - 1 where every point counts)
 
     @property
     def change_pct(self) -> float:
@@ -288,13 +301,27 @@ def _t_quantile(df: int) -> float:
 
 def _less_strongest(a: np.ndarray, b: np.ndarray, d: float, newest: bool) -> tuple[np.ndarray, np.ndarray]:
     """``a`` and ``b``, each side of 2+ points less the point that most favours the change ``d`` (for d >= 0: the
-    lowest of ``a``, the highest of ``b``); ``b`` as it is where it holds the ``newest`` points of the series."""
+    lowest of ``a``, the highest of ``b``); a side of the ``newest`` points only where it holds 2 (one of 3+ is
+    tested less its most extreme point instead: :func:`_less_extreme`), so that no change rests on its newest
+    point."""
     sign = 1.0 if d >= 0 else -1.0
     if a.size >= 2:
         a = np.delete(a, int(np.argmin(sign * a)))
-    if b.size >= 2 and not newest:
+    if b.size == 2 or (b.size > 2 and not newest):
         b = np.delete(b, int(np.argmax(sign * b)))
     return a, b
+
+
+def _less_extreme(side: np.ndarray, sigma: float, newest: bool = False) -> np.ndarray:
+    """``side`` less its point farthest from its median where that lies more than :data:`_EXTREME_Z` noise scales
+    ``sigma`` from it and the side holds :data:`_TRIM_FROM`+ points (3+ for the side of the ``newest`` points): an
+    outlying point that would inflate the side's variance, or make a short newest side; as it is otherwise (on
+    plain noise nothing is trimmed, so the test keeps its level)."""
+    if side.size < (3 if newest else _TRIM_FROM):
+        return side
+    dev = np.abs(side - np.median(side))
+    far = int(np.argmax(dev))
+    return np.delete(side, far) if dev[far] > _EXTREME_Z * sigma else side
 
 
 @dataclass(frozen=True)
@@ -321,12 +348,15 @@ class _TTest:
         return cls(d, se, df, student_t_sf2(d / se, float(df)))
 
     @classmethod
-    def of(cls, a: np.ndarray, b: np.ndarray, newest: bool) -> _TTest:
-        """The plain test, with p the larger of its own and that of the sides less their strongest point (the
-        side of the ``newest`` points kept whole)."""
-        full = cls.plain(a, b)
-        trimmed = cls.plain(*_less_strongest(a, b, full.d, newest))
-        return replace(full, p=max(full.p, trimmed.p))
+    def of(cls, a: np.ndarray, b: np.ndarray, newest: bool, sigma: float) -> _TTest:
+        """The test on the sides each less its most extreme point (:func:`_less_extreme`), with p the larger of its
+        own and that of the sides less the point of each that most favours the change: one point on either side,
+        whichever way it lies, can neither inflate the variance enough to hide a change nor make one (``sigma``: the
+        series' noise scale, :func:`_noise_sigma`)."""
+        a, b = _less_extreme(a, sigma), _less_extreme(b, sigma, newest)
+        robust = cls.plain(a, b)
+        favour = cls.plain(*_less_strongest(a, b, robust.d, newest))
+        return replace(robust, p=max(robust.p, favour.p))
 
     def ci(self) -> tuple[float, float]:
         """The interval of exp(d) at :data:`CONFIDENCE`."""
@@ -341,6 +371,7 @@ class _Sides:
 
     def __init__(self, logs: np.ndarray, window: int) -> None:
         self.logs, self.window, self._cache = logs, window, dict[tuple[int, int, int], _TTest]()
+        self.sigma = _noise_sigma(logs)
 
     def bounds(self, changes: Sequence[int], k: int) -> tuple[int, int, int]:
         """(lo, index, hi) of the k-th change: its sides are [lo, index) and [index, hi)."""
@@ -353,7 +384,7 @@ class _Sides:
         key = self.bounds(changes, k)
         if key not in self._cache:
             lo, i, hi = key
-            self._cache[key] = _TTest.of(self.logs[lo:i], self.logs[i:hi], hi == self.logs.size)
+            self._cache[key] = _TTest.of(self.logs[lo:i], self.logs[i:hi], hi == self.logs.size, self.sigma)
         return self._cache[key]
 
 
@@ -369,19 +400,231 @@ def _confirm(sides: _Sides, candidates: list[int], alpha: float) -> list[int]:
     return kept
 
 
-def _change_point(values: np.ndarray, sides: _Sides, kept: list[int], k: int) -> ChangePoint:
-    lo, i, hi = sides.bounds(kept, k)
-    tt = sides.test(kept, k)
-    return ChangePoint(
-        index=i,
-        before_ms=float(np.median(values[lo:i])),
-        after_ms=float(np.median(values[i:hi])),
-        ratio=_exp(tt.d),
-        ci=tt.ci(),
-        p_value=tt.p,
-        n_before=i - lo,
-        n_after=hi - i,
-    )
+#: How much worse (in units of the noise variance) the least-squares fit of a change placed on a machine-class
+#: boundary may be than that of the place found: the 99% quantile of chi-squared with one degree of freedom, so the
+#: boundary is within the change's 99% confidence set for its place (the profile likelihood's).
+_PLACE_SLACK = 6.63
+
+
+def _split_cost(x: np.ndarray, i: int) -> float:
+    """The squared deviations of ``x[:i]`` and ``x[i:]`` from their means."""
+    return float(np.sum((x[:i] - x[:i].mean()) ** 2) + np.sum((x[i:] - x[i:].mean()) ** 2))
+
+
+def _snap(sides: _Sides, kept: list[int], boundaries: Sequence[int], alpha: float, reach: int,
+          sigma: float) -> list[int]:
+    """``kept`` with each change moved onto a machine-class boundary within ``reach`` points of it where the data
+    allow it: the fit with the change there is within :data:`_PLACE_SLACK` noise variances of the fit where it was
+    found (over the points either side), and the change there (and its neighbours) is still confirmed (p <
+    ``alpha``). A known cause is then the likelier one."""
+    for k in range(len(kept)):
+        i = kept[k]
+        for b in sorted((b for b in boundaries if 0 < abs(b - i) <= reach and b not in kept), key=lambda b: abs(b - i)):
+            trial = sorted([*kept[:k], b, *kept[k + 1:]])
+            if trial.index(b) != k:
+                continue  # it would pass a neighbouring change
+            lo, _, hi = sides.bounds(kept, k)
+            x = sides.logs[lo:hi]
+            if min(b, i) - lo < 1 or hi - max(b, i) < 1:
+                continue
+            if (_split_cost(x, b - lo) - _split_cost(x, i - lo)) / sigma**2 > _PLACE_SLACK:
+                continue
+            if all(sides.test(trial, j).p < alpha for j in range(max(k - 1, 0), min(k + 2, len(trial)))):
+                kept = trial
+                break
+    return kept
+
+
+@dataclass(frozen=True)
+class _Commits:
+    """The series as one point per commit: the median of its sessions that count, and where each commit's
+    sessions sit in the input (the first session, the last counted one)."""
+
+    logs: np.ndarray
+    ms: np.ndarray  # the same medians in ms
+    first: np.ndarray  # input index of each commit's first session
+    last: np.ndarray  # input index of each commit's last counted session
+    boundary: np.ndarray  # bool: the commit's machine class differs from the previous commit's
+
+
+def _runs(groups: Sequence[object] | None, n: int) -> list[tuple[int, int]]:
+    """[start, end) of each run of equal neighbours in ``groups`` (each point its own run without groups)."""
+    starts = np.flatnonzero(_commit_starts(groups, n)).tolist()
+    return list(zip(starts, [*starts[1:], n], strict=True))
+
+
+def _commits(y: np.ndarray, logs: np.ndarray, runs: Sequence[tuple[int, int]], use: np.ndarray,
+             classes: Sequence[object] | None) -> _Commits:
+    """One point per commit that has a counted session (``use``): the median of its counted sessions."""
+    starts = np.fromiter((r[0] for r in runs), dtype=np.intp, count=len(runs))
+    commit_of = np.repeat(np.arange(len(runs)), np.diff(np.append(starts, y.size)))
+    idx = np.flatnonzero(use)
+    owners = commit_of[idx]
+    keep, first_pos, counts = np.unique(owners, return_index=True, return_counts=True)
+    points, ms = logs[idx[first_pos]].copy(), y[idx[first_pos]].copy()
+    for j in np.flatnonzero(counts > 1).tolist():  # commits of several sessions (reruns): their median
+        members = idx[first_pos[j]: first_pos[j] + counts[j]]
+        points[j], ms[j] = float(np.median(logs[members])), float(np.median(y[members]))
+    last = idx[first_pos + counts - 1]
+    if classes is None:
+        boundary = np.zeros(keep.size, dtype=bool)
+    else:
+        cls = [classes[int(i)] for i in idx[first_pos]]
+        boundary = np.array([False] + [cls[j] != cls[j - 1] for j in range(1, len(cls))], dtype=bool)
+    return _Commits(points, ms, starts[keep], last, boundary)
+
+
+def _side_medians(x: np.ndarray, reach: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """For each point: the median of the ``reach`` points before it and of the ``reach`` after it (NaN where there
+    are none), and how many each holds."""
+    pad = np.full(reach, np.nan)
+    padded = np.concatenate((pad, x, pad))
+    windows = np.lib.stride_tricks.sliding_window_view(padded, reach)
+    before, after = windows[: x.size], windows[reach + 1: reach + 1 + x.size]
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # an all-NaN window: no neighbours that side
+        return (np.nanmedian(before, axis=1), np.nanmedian(after, axis=1),
+                np.count_nonzero(~np.isnan(before), axis=1), np.count_nonzero(~np.isnan(after), axis=1))
+
+
+def _short_runs(flags: np.ndarray, longest: int) -> np.ndarray:
+    """``flags`` with every run of more than ``longest`` consecutive True cleared (a run that long is a segment
+    of its own, an excursion the change points judge, not outliers)."""
+    edges = np.diff(np.concatenate(([0], flags.astype(np.int8), [0])))
+    out = flags.copy()
+    for start, end in zip(np.flatnonzero(edges == 1).tolist(), np.flatnonzero(edges == -1).tolist(), strict=True):
+        if end - start > longest:
+            out[start:end] = False
+    return out
+
+
+def outliers(values: Sequence[float] | np.ndarray, *, groups: Sequence[object] | None = None,
+             exclude: Sequence[bool] | np.ndarray | None = None) -> np.ndarray:
+    """One bool per value: an outlying session, left out of change points (``exclude``d values never are).
+
+    A session is one where it lies more than ``_OUTLIER_Z`` standard deviations (of its difference from a
+    neighbours' median, the noise scale as in :func:`detect`) from the median of the ``_OUTLIER_REACH`` counted
+    sessions before it **and**, on the same side, from that of those after it (a Hampel filter asking both sides):
+    at a step the sessions after it agree with their successors, so a step is never an outlier. The sessions of
+    the newest commit are never outliers: nothing after them yet says they are not a step. The first sessions,
+    with nothing before them, are judged by those after. A run of more than ``_OUTLIER_RUN`` such sessions in a
+    row is no outlier but an excursion, judged as a segment. ValueError as :func:`detect`.
+    """
+    y = _durations(values)
+    skip = _allowed_mask(exclude, y.size) if exclude is not None else np.zeros(y.size, dtype=bool)
+    out = np.zeros(y.size, dtype=bool)
+    counted = np.flatnonzero(~skip)
+    if counted.size < 3:
+        return out
+    logs = _relative_logs(y[counted])
+    sigma = _noise_sigma(logs)
+    before, after, n_before, n_after = _side_medians(logs, _OUTLIER_REACH)
+    spread_b = _OUTLIER_Z * sigma * np.sqrt(1.0 + math.pi / (2.0 * np.maximum(n_before, 1)))
+    spread_a = _OUTLIER_Z * sigma * np.sqrt(1.0 + math.pi / (2.0 * np.maximum(n_after, 1)))
+    dev_b, dev_a = logs - before, logs - after
+    with np.errstate(invalid="ignore"):
+        both = (dev_b * dev_a > 0) & (np.abs(dev_b) > spread_b) & (np.abs(dev_a) > spread_a)
+        first = (n_before == 0) & (np.abs(dev_a) > spread_a)
+    odd = _short_runs(np.where(n_before > 0, both, first) & (n_after > 0), _OUTLIER_RUN)
+    runs = _runs(groups, y.size)
+    newest = np.zeros(y.size, dtype=bool)
+    newest[runs[-1][0]:] = True
+    in_newest = newest[counted]
+    out[counted] = odd & ~in_newest
+    out[counted[_newest_disagreeing(logs, in_newest, before, spread_b)]] = True
+    return out
+
+
+def _newest_disagreeing(logs: np.ndarray, in_newest: np.ndarray, before: np.ndarray, spread: np.ndarray) -> np.ndarray:
+    """The positions (in ``logs``) of the newest commit's sessions left out where its sessions disagree: all but the
+    one nearest the level before it that lie beyond ``spread`` from it. Until the next commit says which of them is
+    the commit's level, the one that changes least is taken (no change rests on one session)."""
+    idx = np.flatnonzero(in_newest)
+    if idx.size < 2 or np.isnan(before[idx[0]]):
+        return np.empty(0, dtype=np.intp)
+    level = before[idx[0]]  # the median of the sessions before the newest commit
+    dev = np.abs(logs[idx] - level)
+    far = dev > spread[idx[0]]
+    far[int(np.argmin(dev))] = False
+    if np.ptp(logs[idx]) <= spread[idx[0]]:  # the sessions agree: a step (or none), not outliers
+        return np.empty(0, dtype=np.intp)
+    return idx[far]
+
+
+@dataclass(frozen=True)
+class Detection:
+    """What :func:`analyse` found: the change points (oldest first) and the sessions it left out as outliers."""
+
+    changes: tuple[ChangePoint, ...]
+    outliers: tuple[int, ...]  # input indices
+
+
+def analyse(
+    values: Sequence[float] | np.ndarray,
+    *,
+    groups: Sequence[object] | None = None,
+    classes: Sequence[object] | None = None,
+    exclude: Sequence[bool] | np.ndarray | None = None,
+    alpha: float = 0.001,
+    min_size: int = 3,
+    window: int = 30,
+    penalty: float | None = None,
+    reach: int = 3,
+) -> Detection:
+    """The change points of a series of session medians (ms, in commit order) and its outlying sessions.
+
+    ``groups`` holds each point's commit (equal neighbours are one commit), ``classes`` each point's machine class
+    (a change within ``reach`` commits of a class boundary is placed on it where the data allow), ``exclude`` the
+    points not to count (dirty sessions). Outlying sessions (:func:`outliers`) are left out; each commit is one
+    point, the median of its sessions that count. Candidates come from PELT on the commits' log values scaled by
+    their robust noise scale, with ``penalty`` per change in units of the noise variance (default
+    :func:`default_penalty`), interior segments of ``min_size``+ commits and a newest segment of 2+ (no change rests
+    on one commit); each is kept where the t-test of its sides (at most ``window`` commits each), robust to one
+    point either side (see the module docstring), gives p < ``alpha``. A change point's ``index`` is the first
+    session of the first commit after it, ``before_index`` the last counted session before it.
+    ValueError as :func:`detect`.
+    """
+    _check_detect_args(alpha, min_size, window, penalty)
+    y = _durations(values)
+    if y.size < 2:
+        _commit_starts(groups, y.size)  # ValueError for groups of another length
+        return Detection((), ())
+    runs = _runs(groups, y.size)
+    if classes is not None and len(classes) != y.size:
+        raise ValueError(f"classes has {len(classes)} entries, expected one machine class per value ({y.size})")
+    skip = _allowed_mask(exclude, y.size) if exclude is not None else np.zeros(y.size, dtype=bool)
+    odd = outliers(y, groups=groups, exclude=skip if exclude is not None else None)
+    logs = _relative_logs(y)
+    commits = _commits(y, logs, runs, ~(skip | odd), classes)
+    found = _detect_commits(commits.logs, commits.boundary, alpha, int(min_size), int(window), penalty, reach)
+    changes = tuple(replace(cp, index=int(commits.first[cp.index]), before_index=int(commits.last[cp.index - 1]),
+                            before_ms=float(np.median(commits.ms[cp.index - cp.n_before:cp.index])),
+                            after_ms=float(np.median(commits.ms[cp.index:cp.index + cp.n_after])))
+                    for cp in found)
+    return Detection(changes, tuple(int(i) for i in np.flatnonzero(odd)))
+
+
+def _detect_commits(logs: np.ndarray, boundary: np.ndarray, alpha: float, min_size: int, window: int,
+                    penalty: float | None, reach: int) -> list[ChangePoint]:
+    """The change points of one point per commit (log values); indices are commits, before_ms/after_ms unset."""
+    n = logs.size
+    if n < 2:
+        return []
+    z = logs / _noise_sigma(logs)
+    beta = default_penalty(n) if penalty is None else float(penalty)
+    candidates = _pelt(z, beta, min_size, np.ones(n, dtype=bool), 2)
+    sides = _Sides(logs, window)
+    kept = _confirm(sides, candidates, alpha)
+    if reach > 0 and boundary.any():
+        kept = _snap(sides, kept, np.flatnonzero(boundary).tolist(), alpha, reach, sides.sigma)
+    out = []
+    for k in range(len(kept)):
+        lo, i, hi = sides.bounds(kept, k)
+        tt = sides.test(kept, k)
+        out.append(ChangePoint(index=i, before_ms=math.nan, after_ms=math.nan,
+                               ratio=_exp(tt.d), ci=tt.ci(), p_value=tt.p, n_before=i - lo, n_after=hi - i,
+                               before_index=i - 1))
+    return out
 
 
 def detect(
@@ -393,25 +636,10 @@ def detect(
     window: int = 30,
     penalty: float | None = None,
 ) -> list[ChangePoint]:
-    """The confirmed change points of a series of session medians (ms, in commit order), oldest first.
-
-    ``groups`` holds each point's commit (equal neighbours are one commit: no change between them). Candidates come
-    from PELT on the log values scaled by their robust noise scale, with ``penalty`` per change in units of the
-    noise variance (default :func:`default_penalty`), interior segments of ``min_size``+ points and a last segment
-    of 1+; each is kept where the t-test of its sides (at most ``window`` points each), also without the point of
-    each side that most favours the change, gives p < ``alpha`` (see the module docstring). Fewer than 2 points:
-    []. ValueError for a value that is not a finite time > 0 (naming its position), ``groups`` of another length,
+    """The confirmed change points of a series of session medians (ms, in commit order), oldest first: the
+    changes of :func:`analyse` (outlying sessions left out, one point per commit). Fewer than 2 points: [].
+    ValueError for a value that is not a finite time > 0 (naming its position), ``groups`` of another length,
     ``alpha`` outside (0, 1), ``min_size`` or ``window`` < 1, or a ``penalty`` not finite and > 0.
     """
-    _check_detect_args(alpha, min_size, window, penalty)
-    y = _durations(values)
-    allowed = _commit_starts(groups, y.size)
-    if y.size < 2:
-        return []
-    logs = _relative_logs(y)
-    z = logs / _noise_sigma(logs)
-    beta = default_penalty(y.size) if penalty is None else float(penalty)
-    candidates = _pelt(z, beta, int(min_size), allowed, 1)
-    sides = _Sides(logs, int(window))
-    kept = _confirm(sides, candidates, alpha)
-    return [_change_point(y, sides, kept, k) for k in range(len(kept))]
+    return list(analyse(values, groups=groups, alpha=alpha, min_size=min_size, window=window,
+                        penalty=penalty).changes)
