@@ -8,7 +8,10 @@ and the value, never a traceback.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import getpass
+import io
+import math
 import os
 import sys
 from collections.abc import Mapping, Sequence
@@ -50,19 +53,26 @@ def _parser() -> argparse.ArgumentParser:
     history = commands.add_parser("history", help="the results store: change points, series, imports, exports")
     sub = history.add_subparsers(dest="action", required=True, parser_class=_Parser)
 
-    def common(p: argparse.ArgumentParser, branch: bool = True) -> None:
+    def common(p: argparse.ArgumentParser, branch: bool = True, dirty: bool = True) -> None:
         p.add_argument("--store", metavar="URL",
-                       help=f"the results store (default $JETMEM_STORE, else {DEFAULT_STORE})")
+                       help="the results store (default: as pytest finds it: $JETMEM_STORE, else the ini key "
+                       f"jetmem_store of the rootdir's configuration, else {DEFAULT_STORE} under the rootdir)")
         if branch:
             p.add_argument("--branch", help="the branch whose history is read (default: the default branch)")
+        if dirty:
+            p.add_argument("--include-dirty", action="store_true",
+                           help="count sessions of a tree with uncommitted changes (left out by default)")
 
     reg = sub.add_parser("regressions", help="the change points of every series; exit 1 on an unacknowledged "
                          "regression since --since")
     common(reg)
     reg.add_argument("--since", metavar="COMMIT|DATE", help="only change points after this commit or date "
                      "(YYYY-MM-DD or ISO 8601)")
-    reg.add_argument("--min-pct", type=float, default=1.0, metavar="PCT",
+    reg.add_argument("--min-pct", type=_min_pct, default=1.0, metavar="PCT",
                      help="a regression smaller than this (percent) does not fail (default 1.0)")
+    reg.add_argument("--new", action="store_true",
+                     help="the CI gate: fail on every unacknowledged regression no earlier --new run reported, "
+                     "wherever its change point sits, and remember it as reported (writes the store)")
     show = sub.add_parser("show", help="a test's series in the terminal, per mode and machine class")
     common(show)
     show.add_argument("test", help="the test (a part of its node id)")
@@ -75,10 +85,14 @@ def _parser() -> argparse.ArgumentParser:
     ack.add_argument("--mode", help="only this memory mode")
     ack.add_argument("--device", help="only this device (a part of its name)")
     ack.add_argument("--author", default=None, help="who acknowledges it (default: the user name)")
+    upgrade = sub.add_parser("upgrade", help="bring an older store's schema up to this pytest-jetmem's (reading "
+                             "commands never change a store)")
+    common(upgrade, branch=False, dirty=False)
     imp = sub.add_parser("import", help="baseline files, --jetmem-benchmark-json files, session files or another "
                          "store")
     common(imp)
     imp.add_argument("sources", nargs="+", metavar="SOURCE")
+    imp.set_defaults(include_dirty=False)
     imp.add_argument("--commit", help="the commit of imported files that do not say it")
     pub = sub.add_parser("publish", help="a static site of the history (opens from disk, no network)")
     common(pub)
@@ -96,29 +110,63 @@ def _parser() -> argparse.ArgumentParser:
     return top
 
 
-def _store_text(args: argparse.Namespace) -> tuple[str, str]:
-    if args.store is not None:
-        return args.store, "--store"
-    env = os.environ.get("JETMEM_STORE", "").strip()
-    return (env, "JETMEM_STORE") if env else (DEFAULT_STORE, "--store (default)")
+def _min_pct(text: str) -> float:
+    """``--min-pct``'s value: a finite percentage >= 0 (nan or inf would turn the gate off)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"expected a finite percentage >= 0, got {text!r}")
+    return value
 
 
-def _open(args: argparse.Namespace, *, create: bool = False) -> Store:
+def _open(args: argparse.Namespace, *, create: bool = False, write: bool = False) -> Store:
+    """The store the command reads, found as pytest finds it (:mod:`~pytest_jetmem.history.locate`), named on
+    standard error. Reading commands open it as it is (never migrated, never made)."""
+    from pytest_jetmem.history.locate import choose_store
     from pytest_jetmem.history.store import open_store
 
-    text, source = _store_text(args)
+    choice = choose_store(args.store, Path.cwd())
     try:
-        return open_store(text, ".", create=create, write=create)
+        store = open_store(choice.text, choice.base, create=create, write=write or create)
     except StoreError as exc:
-        raise _UsageError(f"{source}={exc.url}: {exc.reason}") from None
+        raise _UsageError(f"{choice.source}={exc.url}: {exc.reason}") from None
+    print(f"pytest-jetmem: store {store.url} ({choice.source})", file=sys.stderr)
+    return store
 
 
 def _branch(args: argparse.Namespace, store: Store) -> str | None:
+    """``--branch`` (a usage error where the store has no session of it), else the default branch."""
     if args.branch:
+        branches = sorted({row.context.branch for row in store.sessions() if row.context.branch})
+        if args.branch not in branches:
+            raise _UsageError(f"--branch={args.branch}: no session of that branch in {store.url} (its branches: "
+                              f"{', '.join(branches) or 'none'})")
         return str(args.branch)
     from pytest_jetmem.history.analysis import default_branch
 
     return default_branch(store, Path.cwd())
+
+
+def _chain(branch: str | None) -> list[str]:
+    """``branch``'s first-parent history, oldest first, where git here knows the branch (else [])."""
+    if not branch:
+        return []
+    from pytest_jetmem.history.context import git_output
+
+    for ref in (f"refs/heads/{branch}", f"refs/remotes/origin/{branch}"):
+        text = git_output(Path.cwd(), "rev-list", "--first-parent", "--reverse", ref)
+        if text:
+            return text.split()
+    return []
+
+
+def _read(args: argparse.Namespace, store: Store, branch: str | None) -> list[Series]:
+    """The series of ``branch`` as the options ask (dirty sessions, git's order)."""
+    from pytest_jetmem.history.analysis import histories
+
+    return histories(store, branch, include_dirty=args.include_dirty, chain=_chain(branch))
 
 
 def _date_key(since: str) -> str | None:
@@ -133,15 +181,24 @@ def _date_key(since: str) -> str | None:
     return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _commit_key(since: str, store: Store, branch: str | None) -> str:
+def _commit_key(since: str, store: Store, branch: str | None) -> str | None:
     """The commit-order key of the newest session of the one stored commit of ``branch`` that starts with
-    ``since``; _UsageError where no commit or more than one starts so."""
+    ``since``; where the store has none (a first push, a run that stored nothing, a force-push), git's commit time
+    of it, else None (every change point is judged), said on standard error; _UsageError where more than one stored
+    commit starts so."""
     matches = [r for r in store.sessions(branch=branch) if r.context.commit and r.context.commit.startswith(since)]
-    if not matches or len({r.context.commit for r in matches}) > 1:
-        what = "no stored session of that commit" if not matches else "more than one commit starts so"
+    if len({r.context.commit for r in matches}) > 1:
         raise _UsageError(f"--since={since}: expected a date (YYYY-MM-DD) or a stored commit of branch "
-                          f"{branch!r}: {what}")
-    return str(max(_order_key(r) for r in matches))
+                          f"{branch!r}: more than one commit starts so")
+    if matches:
+        return str(max(_order_key(r) for r in matches))
+    from pytest_jetmem.history.context import git_output
+
+    when = git_output(Path.cwd(), "show", "-s", "--format=%cI", f"{since}^{{commit}}")
+    key = _date_key(when) if when else None
+    bound = f"since its commit time {key}" if key else "every change point is judged"
+    print(f"pytest-jetmem: --since={since}: no stored session of that commit: {bound}", file=sys.stderr)
+    return key
 
 
 def _since_key(since: str, store: Store, branch: str | None) -> str | None:
@@ -186,16 +243,22 @@ def _change_line(change: Change, status: str) -> str:
 
 
 def _regressions(args: argparse.Namespace, out: TextIO) -> int:
-    from pytest_jetmem.history.analysis import changes
+    from pytest_jetmem.history.analysis import changes, unreported
 
-    with _open(args) as store:
+    with _open(args, write=args.new) as store:
         branch = _branch(args, store)
         since = _since_key(args.since, store, branch) if args.since else None
-        found = changes(store, branch)
+        series = _read(args, store, branch)
+        found = changes(store, branch, series=series)
+        failing = [c for c in found if _is_failing(c, args.min_pct, since)]
+        if args.new:
+            failing = unreported(failing, series, store.reported())
+            store.mark_reported([(c.series, c.device, c.after.uid, c.after.context.commit, c.point.change_pct)
+                                 for c in failing])
     found.sort(key=lambda c: _order_key(c.after), reverse=True)
-    failing = [c for c in found if _is_failing(c, args.min_pct, since)]
-    out.write(f"branch {branch or '(all)'}: {len(found)} change point(s), {len(failing)} unacknowledged "
-              f"regression(s){' since ' + args.since if args.since else ''}\n")
+    what = "new unacknowledged regression(s) (now reported)" if args.new else "unacknowledged regression(s)"
+    out.write(f"branch {branch or '(all)'}: {len(found)} change point(s), {len(failing)} {what}"
+              f"{' since ' + args.since if args.since else ''}\n")
     for c in found:
         out.write(_change_line(c, _status(c, failing)))
     return FOUND if failing else 0
@@ -209,12 +272,11 @@ def _spark(values: Sequence[float]) -> str:
     return "".join(bars[min(7, int((v - low) / (high - low) * 8))] for v in values)
 
 
-def _chosen(store: Store, branch: str | None, test: str, mode: str | None) -> list[Series]:
-    """The series of ``branch`` whose node id contains ``test`` (and whose memory mode is ``mode``, where given);
-    _UsageError where there is none."""
-    from pytest_jetmem.history.analysis import histories
-
-    chosen = [s for s in histories(store, branch) if test in s.key.nodeid and (mode is None or s.key.mode == mode)]
+def _chosen(args: argparse.Namespace, store: Store, branch: str | None) -> list[Series]:
+    """The series of ``branch`` whose node id contains ``args.test`` (and whose memory mode is ``args.mode``, where
+    given); _UsageError where there is none."""
+    test, mode = args.test, args.mode
+    chosen = [s for s in _read(args, store, branch) if test in s.key.nodeid and (mode is None or s.key.mode == mode)]
     if not chosen:
         raise _UsageError(f"show {test}: no series of branch {branch!r} matches "
                           f"{test!r}{' in mode ' + mode if mode else ''}")
@@ -242,11 +304,12 @@ def _write_series(series: Series, branch: str | None, marks: Mapping[_Mark, Chan
     out.write(f"\n{series.key.name} on {series.device} (branch {branch}): {len(series.medians)} session(s)  "
               f"{_spark(series.medians)}\n")
     last_class = None
-    for row, median in zip(series.sessions, series.medians, strict=True):
+    for i, (row, median) in enumerate(zip(series.sessions, series.medians, strict=True)):
         if row.machine.machine_class != last_class:
             last_class = row.machine.machine_class
             out.write(_machine_line(row.machine))
         note = _note(marks.get((series.key, series.device, row.uid)))
+        note += f"  ({series.note(i)})" if series.note(i) else ""
         when = _order_key(row)[:16].replace("T", " ")
         out.write(f"    {row.short_commit:10}  {when}  {median:10.4g} ms{note}\n")
 
@@ -256,7 +319,7 @@ def _show(args: argparse.Namespace, out: TextIO) -> int:
 
     with _open(args) as store:
         branch = _branch(args, store)
-        chosen = _chosen(store, branch, args.test, args.mode)
+        chosen = _chosen(args, store, branch)
         marks = {(c.series, c.device, c.after.uid): c for c in changes(store, branch, series=chosen)}
     for s in chosen:
         _write_series(s, branch, marks, out)
@@ -275,9 +338,12 @@ def _ack_matches(change: Change, args: argparse.Namespace) -> bool:
 def _ack(args: argparse.Namespace, out: TextIO) -> int:
     from pytest_jetmem.history.analysis import changes
 
-    with _open(args) as store:
+    if not args.reason.strip():
+        raise _UsageError(f"ack {args.test} --reason={args.reason!r}: expected why the change is known and accepted "
+                          "(it is kept with the change point and cannot be replaced)")
+    with _open(args, write=True) as store:
         branch = _branch(args, store)
-        found = [c for c in changes(store, branch) if _ack_matches(c, args)]
+        found = [c for c in changes(store, branch, series=_read(args, store, branch)) if _ack_matches(c, args)]
         if not found:
             raise _UsageError(f"ack {args.test} --commit={args.commit}: no change point of branch {branch!r} "
                               "starts at that commit for that test (pytest-jetmem history regressions lists them)")
@@ -291,16 +357,41 @@ def _ack(args: argparse.Namespace, out: TextIO) -> int:
 
 def _import(args: argparse.Namespace, out: TextIO) -> int:
     from pytest_jetmem.history.imports import import_source
+    from pytest_jetmem.history.locate import choose_store
+    from pytest_jetmem.history.store import parse_location
 
-    with _open(args, create=True) as store:
-        for source in args.sources:
-            try:
-                result = import_source(store, source, branch=args.branch, commit=args.commit)
-            except StoreError as exc:
-                raise _UsageError(f"import {source}: {exc.url}: {exc.reason}") from None
-            except (OSError, ValueError, BaselineError, RecordError) as exc:
-                raise _UsageError(f"import {source}: {exc}") from None
-            out.write(result.line(source) + "\n")
+    choice = choose_store(args.store, Path.cwd())
+    try:
+        where = parse_location(choice.text, choice.base)
+    except StoreError as exc:
+        raise _UsageError(f"{choice.source}={exc.url}: {exc.reason}") from None
+    new_file = where.path if where.path is not None and not where.path.exists() else None
+    imported = 0
+    try:
+        with _open(args, create=True) as store:
+            for source in args.sources:
+                try:
+                    result = import_source(store, source, branch=args.branch, commit=args.commit)
+                except StoreError as exc:
+                    raise _UsageError(f"import {source}: {exc.url}: {exc.reason}") from None
+                except (OSError, ValueError, BaselineError, RecordError) as exc:
+                    raise _UsageError(f"import {source}: {exc}") from None
+                imported += 1
+                out.write(result.line(source) + "\n")
+    finally:
+        if new_file is not None and imported == 0:  # a failed first import leaves no empty store behind
+            for leftover in (new_file, new_file.with_name(new_file.name + "-journal")):
+                leftover.unlink(missing_ok=True)
+    return 0
+
+
+def _upgrade(args: argparse.Namespace, out: TextIO) -> int:
+    from pytest_jetmem.history.schema import SCHEMA_VERSION
+
+    with _open(args) as store:  # opened as it is: upgrade() migrates
+        before = store.upgrade()
+    out.write(f"{store.url}: schema version {before} -> {SCHEMA_VERSION}\n" if before != SCHEMA_VERSION else
+              f"{store.url}: already at schema version {SCHEMA_VERSION}\n")
     return 0
 
 
@@ -338,7 +429,7 @@ def _repo_url(given: str | None) -> str | None:
     """``--repo-url``, else git's ``origin`` remote as a web URL (``git@github.com:o/r.git`` and
     ``https://github.com/o/r.git`` both give ``https://github.com/o/r``); None where there is none."""
     if given:
-        return given.rstrip("/")
+        return _without_credentials(given.rstrip("/"))
     from pytest_jetmem.history.context import git_output
 
     url = git_output(Path.cwd(), "remote", "get-url", "origin") or ""
@@ -347,7 +438,21 @@ def _repo_url(given: str | None) -> str | None:
         url = f"https://{host}/{path}"
     if not url.startswith(("https://", "http://")):
         return None
+    url = _without_credentials(url)
     return url[: -len(".git")] if url.endswith(".git") else url
+
+
+def _without_credentials(url: str) -> str:
+    """``url`` without a ``user[:token]@`` before its host (git's origin may carry a token: never published)."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url
+    host_end = len(rest)
+    for mark in "/?#":
+        found = rest.find(mark, 0, host_end)
+        host_end = found if found >= 0 else host_end
+    at = rest.rfind("@", 0, host_end)
+    return f"{scheme}://{rest[at + 1:]}" if at >= 0 else url
 
 
 def _publish(args: argparse.Namespace, out: TextIO) -> int:
@@ -382,21 +487,27 @@ def _fleet(args: argparse.Namespace, out: TextIO) -> int:
 
 
 _ACTIONS = {"regressions": _regressions, "show": _show, "ack": _ack, "import": _import, "export": _export,
-            "fleet": _fleet, "publish": _publish}
+            "fleet": _fleet, "publish": _publish, "upgrade": _upgrade}
 
 
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
-    """Run the command line; the exit status."""
+    """Run the command line; the exit status. What a command prints is written when it is done, so that a reader
+    that goes away early (``| head``) changes neither the exit status nor what was stored."""
     stream = out or sys.stdout
+    buffer = io.StringIO()
     try:
         args = _parser().parse_args(argv)
-        return _ACTIONS[args.action](args, stream)
-    except _UsageError as exc:
+        status = _ACTIONS[args.action](args, buffer)
+    except (_UsageError, StoreError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return USAGE_ERROR
-    except StoreError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return USAGE_ERROR
+    try:
+        stream.write(buffer.getvalue())
+        stream.flush()
+    except BrokenPipeError:  # the reader went away: say nothing more, keep the status
+        with contextlib.suppress(OSError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), stream.fileno())
+    return status
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -144,13 +144,21 @@ def test_exports_are_read_back(store: str, tmp_path: Path) -> None:
     [
         (["history", "regressions", "--store", "{missing}"], "--store={missing}: no such store"),
         (["history", "export", "--store", "{store}", "--format", "xml"], "--format=xml: expected one of bmf, "),
-        (["history", "regressions", "--store", "{store}", "--since", "nope"], "--since=nope: expected a date"),
+        (["history", "regressions", "--store", "{store}", "--branch", "nope"],
+         "--branch=nope: no session of that branch in {store} (its branches: main)"),
         (["history", "show", "test_99", "--store", "{store}"], "show test_99: no series of branch 'main' matches"),
         (["history", "ack", "test_0[", "--store", "{store}", "--commit", "ffff", "--reason", "r"],
          "ack test_0[ --commit=ffff: no change point"),
         (["history", "import", "--store", "{store}", "{bad}"], "import {bad}: "),
         (["history", "frobnicate"], "invalid choice: 'frobnicate'"),
-        (["history", "regressions", "--store", "{store}", "--min-pct", "x"], "--min-pct: invalid float value: 'x'"),
+        (["history", "regressions", "--store", "{store}", "--min-pct", "x"],
+         "--min-pct: expected a finite percentage >= 0, got 'x'"),
+        (["history", "regressions", "--store", "{store}", "--min-pct", "nan"],
+         "--min-pct: expected a finite percentage >= 0, got 'nan'"),
+        (["history", "regressions", "--store", "{store}", "--min-pct", "inf"],
+         "--min-pct: expected a finite percentage >= 0, got 'inf'"),
+        (["history", "ack", "test_0[", "--store", "{store}", "--commit", "ffff", "--reason", " "],
+         "ack test_0[ --reason=' ': expected why the change is known"),
     ],
 )
 def test_usage_errors_exit_4_with_one_line(
