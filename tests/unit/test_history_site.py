@@ -4,7 +4,11 @@ with a code step (commit 30) and a driver/JetPack upgrade (commit 45), one step 
 Read back with the standard library's ``html.parser``: every page listed exists, every internal link resolves,
 nothing is fetched from the network, the index lists the unacknowledged change points (newest first) before the
 acknowledged one with its reason, each test page has a chart per key and device with its marks, change points and
-the machine-class boundary, the fleet page and its JSON; a publish replaces the site whole or not at all."""
+the machine-class boundary, the fleet page and its JSON; a publish replaces the site whole or not at all.
+
+A second, crowded store (five modes, two of them measuring the same, ten change points at two commits beside two
+machine-class changes, an outlier and a session of uncommitted changes) checks the layout by geometry: every text
+inside its chart, no two labels overlapping, no change point label across a boundary line."""
 
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ import itertools
 import json
 import math
 import random
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from html.parser import HTMLParser
@@ -46,6 +51,7 @@ class Node:
     attrs: dict[str, str]
     children: list[Node] = field(default_factory=list)
     text: list[str] = field(default_factory=list)
+    parts: list[Node | str] = field(default_factory=list)  # the children and the text, in document order
 
     def walk(self) -> Iterator[Node]:
         yield self
@@ -57,8 +63,8 @@ class Node:
                 and (cls is None or cls in n.attrs.get("class", "").split())]
 
     def content(self) -> str:
-        """All the text inside, as a reader gets it (entities decoded)."""
-        return "".join(n_text for n in self.walk() for n_text in n.text)
+        """All the text inside, in document order, as a reader gets it (entities decoded)."""
+        return "".join(part if isinstance(part, str) else part.content() for part in self.parts)
 
     def find_id(self, ident: str) -> Node | None:
         return next((n for n in self.walk() if n.attrs.get("id") == ident), None)
@@ -82,11 +88,14 @@ class TreeBuilder(HTMLParser):
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         node = Node(tag, {k: v or "" for k, v in attrs})
         self.stack[-1].children.append(node)
+        self.stack[-1].parts.append(node)
         if tag not in VOID:
             self.stack.append(node)
 
     def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        self.stack[-1].children.append(Node(tag, {k: v or "" for k, v in attrs}))
+        node = Node(tag, {k: v or "" for k, v in attrs})
+        self.stack[-1].children.append(node)
+        self.stack[-1].parts.append(node)
 
     def handle_endtag(self, tag: str) -> None:
         assert tag not in VOID, f"an end tag for the void element {tag}"
@@ -95,6 +104,7 @@ class TreeBuilder(HTMLParser):
 
     def handle_data(self, data: str) -> None:
         self.stack[-1].text.append(data)
+        self.stack[-1].parts.append(data)
 
 
 def parse(path: Path) -> Node:
@@ -410,3 +420,221 @@ def test_an_empty_store_publishes_an_index_and_an_empty_fleet(tmp_path: Path) ->
     assert all(not _rows(index.by_id(i)) for i in ("changes", "acked", "quiet-series"))
     assert not parse(pages[1]).by_id("fleet").all("tr")
     assert json.loads(pages[2].read_text(encoding="utf-8"))["rows"] == []
+
+
+# -- the crowded store: sessions left out, identical series, labels that would collide -------------------------------
+
+CROWDED_TEST = "tests/test_c.py::test_crowded"
+CROWDED_MODES = {"device": 1.0, "managed": 1.0, "zero_copy": 1.6, "registered": 1.7, "system": 2.2}
+CROWDED_SESSIONS, OUTLIER, DIRTY = 31, 8, 25
+
+
+def crowded_session(seed: int) -> StoredSession:
+    """Session ``seed`` of the crowded store: every mode +30% from commit 15 (the code), +30% from 20 (a driver and
+    JetPack upgrade) and +20% from 22 (a power mode change); device and managed measure the same samples;
+    zero_copy is 3x at commit 8 (an outlier); commit 25 is measured with uncommitted changes, every mode 0.6x."""
+    machine = ORIN if seed < 20 else UPGRADED if seed < 22 else replace(UPGRADED, nvpmodel_mode="15W")
+    factor = (1.3 if seed >= 15 else 1.0) * (1.3 if seed >= 20 else 1.0) * (1.2 if seed >= 22 else 1.0)
+    records = []
+    for mode, base in CROWDED_MODES.items():
+        median = base * factor * (3.0 if (seed, mode) == (OUTLIER, "zero_copy") else 1.0) * (
+            0.6 if seed == DIRTY else 1.0)
+        records.append(record(f"{CROWDED_TEST}[{mode}]", mode, median, random.Random(seed)))
+    plain = session(seed, tests=0, machine=machine)
+    return replace(plain, uid=f"crowded-{seed}", records=tuple(records),
+                   context=replace(plain.context, dirty=seed == DIRTY))
+
+
+def crowded_store(path: Path) -> None:
+    with open_store(str(path)) as store:
+        for seed in range(CROWDED_SESSIONS):
+            store.add(crowded_session(seed))
+
+
+@pytest.fixture(scope="module")
+def crowded(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The crowded store's site."""
+    root = tmp_path_factory.mktemp("crowded")
+    crowded_store(root / "h.sqlite")
+    with open_store(str(root / "h.sqlite"), create=False) as store:
+        publish(store, root / "site", branch="main")
+    return root / "site"
+
+
+def _chart(page: Node) -> Node:
+    (chart,) = page.all("svg", "chart")
+    return chart
+
+
+def _series(chart: Node, mode: str) -> Node:
+    (group,) = [g for g in chart.all("g", "series") if g.attrs["data-mode"] == mode]
+    return group
+
+
+def test_sessions_that_do_not_count_are_hollow_and_said(crowded: Path) -> None:
+    page = parse(crowded / page_name(CROWDED_TEST))
+    chart = _chart(page)
+    outlier, dirty = commit_of(OUTLIER)[:10], commit_of(DIRTY)[:10]
+    for mode in CROWDED_MODES:
+        rings = _series(chart, mode).all("g", "left-out")
+        notes = sorted(r.all("title")[0].content() for r in rings)
+        expected = [dirty] + ([outlier] if mode == "zero_copy" else [])
+        assert len(notes) == len(expected)
+        assert all("uncommitted changes: left out" in n for n in notes if dirty in n)
+        assert [n for n in notes if "outlier: left out" in n] == ([n for n in notes if outlier in n])
+        assert all(r.all("circle")[0].attrs["fill"] == "#fff" for r in rings)  # hollow
+    desc = chart.by_id(chart.attrs["aria-labelledby"].split()[1]).content()
+    assert "zero_copy: 31 session(s)" in desc
+    assert "2 left out of change points (1 outlier, 1 with uncommitted changes; hollow rings)" in desc
+    assert desc.count("1 left out of change points (1 with uncommitted changes; hollow rings)") == 4
+    (listed,) = page.all("ul", "left-out")
+    items = [li.content() for li in listed.all("li")]
+    assert len(items) == 6 and sum("outlier: left out" in i and outlier in i for i in items) == 1
+    assert sum("uncommitted changes: left out" in i and dirty in i for i in items) == 5
+    (modes,) = [t for t in page.all("table") if "Memory modes" in t.content()]
+    assert "1 outlier, 1 with uncommitted changes" in modes.content()
+    index = parse(crowded / "index.html")
+    rows = [r for t in ("changes", "quiet-series") for r in _rows(index.by_id(t))]
+    zero_copy = [r for r in rows if f"{CROWDED_TEST}[zero_copy]" in r.content()]
+    assert zero_copy and all("2 of 31 session(s) left out of change points (1 outlier, 1 with uncommitted changes)"
+                             in r.content() for r in zero_copy)
+    assert all(r.all("circle", "spark-left-out") for r in rows)
+    assert "5 series have sessions left out of change points" in index.content()
+
+
+def test_include_dirty_counts_the_sessions_of_uncommitted_changes(tmp_path: Path) -> None:
+    crowded_store(tmp_path / "h.sqlite")
+    with open_store(str(tmp_path / "h.sqlite"), create=False) as store:
+        publish(store, tmp_path / "site", branch="main", include_dirty=True)
+    chart = _chart(parse(tmp_path / "site" / page_name(CROWDED_TEST)))
+    rings = [r.content() for r in chart.all("g", "left-out")]
+    assert not [r for r in rings if "uncommitted changes" in r]  # they count: judged as any session
+    assert [r for r in rings if commit_of(OUTLIER)[:10] in r] == [r for r in rings if r.startswith("zero_copy")
+                                                                   and commit_of(OUTLIER)[:10] in r] != []
+
+
+def test_identical_series_are_both_visible_and_the_legend_says_so(crowded: Path) -> None:
+    chart = _chart(parse(crowded / page_name(CROWDED_TEST)))
+
+    def xs(mode: str) -> list[float]:
+        (line,) = _series(chart, mode).all("polyline", "line")
+        return [float(pair.split(",")[0]) for pair in line.attrs["points"].split()]
+
+    device, managed = xs("device"), xs("managed")
+    assert len(device) == len(managed) > 20
+    assert all(abs(b - a - 3.0) < 0.11 for a, b in zip(device, managed, strict=True))  # drawn 3 px right
+    assert xs("zero_copy")[0] == device[0]  # a series of its own stays where it is
+    (legend,) = chart.all("g", "legend")
+    assert "managed (same values as device: drawn 3 px right)" in legend.content()
+    assert "device (" not in legend.content()
+
+
+def test_the_fleet_says_no_clear_winner_once(store: Store, crowded: Path, site: tuple[Path, list[Path]]) -> None:
+    tied = 0
+    for folder in (crowded, site[0]):
+        for td in _rows(parse(folder / "fleet.html").by_id("fleet"))[0].all("td")[1:]:
+            text = td.content()
+            assert text.count("no clear winner") <= 1, text
+            tied += "no clear winner (tied: device, managed)" in text
+    assert tied >= 1
+    for row, (test, key) in zip(_rows(parse(site[0] / "fleet.html").by_id("fleet")), fleet_matrix(store, "main").rows,
+                                strict=True):
+        for td in row.all("td")[1:]:
+            first = next((n for n in td.all("span", "pick")), None)
+            if first is not None:  # the pick in bold, said once before the ratios
+                assert td.content().split(first.content(), 1)[0] == "" and test in row.content() and key
+
+
+def _outside(node: Node, cls: str) -> str:
+    """The text of ``node`` outside every element of class ``cls``."""
+    return "".join(part if isinstance(part, str) else "" if cls in part.attrs.get("class", "").split()
+                   else _outside(part, cls) for part in node.parts)
+
+
+def test_a_cause_keeps_each_arrow_with_what_it_joins(site: tuple[Path, list[Path]]) -> None:
+    out, _ = site
+    cells = [td for table in ("changes", "acked") for r in _rows(parse(out / "index.html").by_id(table))
+             for td in r.all("td")]
+    cells += [td for t in _test_page(out, ACKED_TEST).all("table", "changes") for td in t.all("td")]
+    spans = [span for td in cells for span in td.all("span", "nw")]
+    assert len(spans) > 24
+    assert all(re.fullmatch(r"\S+ (->|→) \S+", span.content()) for span in spans)
+    assert not [td.content() for td in cells if "->" in _outside(td, "nw") or "→" in _outside(td, "nw")]
+    assert ".nw{white-space:nowrap}" in (out / "index.html").read_text(encoding="utf-8")
+
+
+# -- the layout, by geometry --------------------------------------------------------------------------------------
+
+#: A character's estimated width, in font sizes.
+CHAR = 0.6
+LABELS = {"changepoint-label", "boundary-label", "x-tick", "y-tick", "key-entry", "legend-label"}
+
+Box = tuple[float, float, float, float]
+
+
+def _boxes(svg: Node) -> list[tuple[str, str, Box]]:
+    """(class, text, estimated box) of every unrotated text of a chart."""
+    size = float(svg.attrs["font-size"])
+    out = []
+    for t in svg.all("text"):
+        if "transform" in t.attrs:  # the y axis title, along the left edge
+            continue
+        text = "".join(part for part in t.parts if isinstance(part, str))
+        x, y, w = float(t.attrs["x"]), float(t.attrs["y"]), CHAR * size * len(text)
+        anchor = t.attrs.get("text-anchor", "start")
+        x0 = x - w if anchor == "end" else x - w / 2 if anchor == "middle" else x
+        y0, y1 = (y - size / 2, y + size / 2) if t.attrs.get("dominant-baseline") == "middle" else (
+            y - 0.8 * size, y + 0.2 * size)
+        out.append((t.attrs.get("class", ""), text, (x0, y0, x0 + w, y1)))
+    return out
+
+
+def _overlap(a: Box, b: Box) -> bool:
+    return a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]
+
+
+def layout_faults(texts: list[tuple[str, str, Box]], lines: list[tuple[float, float, float]], width: float,
+                  height: float) -> list[str]:
+    """What is wrong with a chart's layout: a text outside (0, 0, width, height), two labels that overlap, a change
+    point label across a boundary line (x, y0, y1)."""
+    faults = [f"{text!r} outside the chart: {box}" for _, text, box in texts
+              if box[0] < 0 or box[1] < 0 or box[2] > width or box[3] > height]
+    labels = [(text, box) for cls, text, box in texts if cls in LABELS]
+    faults += [f"{a!r} overlaps {b!r}" for (a, p), (b, q) in itertools.combinations(labels, 2) if _overlap(p, q)]
+    faults += [f"{text!r} across the boundary at x={x}" for cls, text, box in texts if cls == "changepoint-label"
+               for x, y0, y1 in lines if box[0] < x < box[2] and box[1] < y1 and y0 < box[3]]
+    return faults
+
+
+def _svg_layout(svg: Node) -> list[str]:
+    _, _, width, height = (float(v) for v in svg.attrs["viewbox"].split())
+    lines = [(float(ln.attrs["x1"]), float(ln.attrs["y1"]), float(ln.attrs["y2"]))
+             for g in svg.all("g", "boundary") for ln in g.all("line")]
+    return layout_faults(_boxes(svg), lines, width, height)
+
+
+def test_no_label_overlaps_another_or_leaves_the_chart(crowded: Path, site: tuple[Path, list[Path]]) -> None:
+    charts = [svg for folder in (crowded, site[0]) for page in sorted(folder.glob("test-*.html"))
+              for svg in parse(page).all("svg", "chart")]
+    assert len(charts) >= 7
+    for svg in charts:
+        assert _svg_layout(svg) == [], svg.attrs["id"]
+    chart = _chart(parse(crowded / page_name(CROWDED_TEST)))
+    assert len(chart.all(cls="changepoint")) == 10 and len(chart.all("g", "boundary")) == 2
+    labels = chart.all("text", "changepoint-label")
+    keyed = ["".join(part for part in t.parts if isinstance(part, str)) for t in chart.all("text", "key-entry")]
+    assert len(labels) == 10  # each change point labelled: its label, or its number and the label in the key
+    assert all(re.fullmatch(r"#\d+ \S+ [+-]\d+\.\d%.*", k) for k in keyed)
+    numbers = {t.content() for t in labels if t.content().startswith("#")}
+    assert numbers == {k.split()[0] for k in keyed}
+    ticks = sorted(chart.all("text", "x-tick"), key=lambda t: float(t.attrs["x"]))
+    assert len(ticks) >= 5 and ticks[-1].content() == commit_of(CROWDED_SESSIONS - 1)[:7]  # labelled, inside
+
+
+def test_the_layout_check_finds_what_it_looks_for() -> None:
+    inside = ("x-tick", "abcdefg", (700.0, 250.0, 746.2, 261.0))
+    assert layout_faults([inside], [], 760, 330) == []
+    assert layout_faults([("x-tick", "abcdefg", (720.0, 250.0, 766.2, 261.0))], [], 760, 330)  # clipped
+    assert layout_faults([inside, ("changepoint-label", "x", (740.0, 255.0, 750.0, 262.0))], [], 760, 330)
+    assert layout_faults([("changepoint-label", "device +1%", (100.0, 50.0, 160.0, 61.0))], [(120.0, 30.0, 258.0)],
+                         760, 330)

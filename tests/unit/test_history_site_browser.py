@@ -1,8 +1,11 @@
 """The published history site in a real browser (headless Chromium, tests/browser.py): every page of the site of a
 generated store (two devices, a code regression, a JetPack upgrade, an acknowledged change point) loads from disk
 with no console error, every chart has drawn marks, the change points and the fleet matrix are on the page, every
-link between pages leads to a page that loads. Screenshots of the index and a test page are kept for people to look
-at: in $JETMEM_SCREENSHOTS, else test-artifacts/screenshots under the repository (docs/img has copies)."""
+link between pages leads to a page that loads; on the rendered charts (getBBox, the browser's own text metrics) no
+label overlaps another or crosses a machine-class boundary line, and every text, the last x axis label first, lies
+inside its chart, here and on the crowded store of test_history_site.py. Screenshots of the index and a test page
+are kept for people to look at: in $JETMEM_SCREENSHOTS, else test-artifacts/screenshots under the repository
+(docs/img has copies)."""
 
 from __future__ import annotations
 
@@ -13,6 +16,7 @@ from typing import Any
 from urllib.parse import unquote, urlparse
 
 import pytest
+from test_history_site import CROWDED_SESSIONS, CROWDED_TEST, crowded_store, layout_faults
 
 from browser import browser_fixture, console_errors, open_page  # noqa: F401
 from history_sessions import H100, ORIN, commit_of, session
@@ -43,6 +47,17 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     _store(root / "h.sqlite")
     with open_store(str(root / "h.sqlite"), create=False) as store:
         publish(store, root / "site", branch="main", repo_url="https://example.invalid/o/r")
+    return root / "site"
+
+
+@pytest.fixture(scope="module")
+def crowded(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from pytest_jetmem.history.site import publish
+
+    root = tmp_path_factory.mktemp("crowded")
+    crowded_store(root / "h.sqlite")
+    with open_store(str(root / "h.sqlite"), create=False) as store:
+        publish(store, root / "site", branch="main")
     return root / "site"
 
 
@@ -93,3 +108,47 @@ def test_the_change_points_and_the_fleet_are_on_the_pages(browser: Any, site: Pa
     fleet = browser.find_element("id", "fleet").text
     assert "Orin (sm_87)" in fleet and "H100" in fleet
     assert console_errors(browser) == []
+
+
+#: Per chart of the page: its viewBox's size, each unrotated text's class, text and rendered box, the boundary lines.
+_LAYOUT = """
+return [...document.querySelectorAll('svg.chart')].map(svg => ({
+  id: svg.id, width: svg.viewBox.baseVal.width, height: svg.viewBox.baseVal.height,
+  texts: [...svg.querySelectorAll('text')].filter(t => !t.hasAttribute('transform')).map(t => {
+    const b = t.getBBox();
+    return [t.getAttribute('class') || '', [...t.childNodes].filter(n => n.nodeType === 3).map(n => n.data).join(''),
+            [b.x, b.y, b.x + b.width, b.y + b.height]];
+  }),
+  lines: [...svg.querySelectorAll('g.boundary line')].map(l => [l.x1.baseVal.value, l.y1.baseVal.value,
+                                                                 l.y2.baseVal.value]),
+}));
+"""
+
+
+def _shrunk(box: list[float]) -> tuple[float, float, float, float]:
+    """A rendered box less half a pixel each side: boxes that touch, as rows of text do, do not overlap."""
+    return box[0] + 0.5, box[1] + 0.5, box[2] - 0.5, box[3] - 0.5
+
+
+def test_the_rendered_charts_keep_their_labels_apart_and_inside(browser: Any, site: Path, crowded: Path) -> None:
+    from pytest_jetmem.history.site import page_name
+
+    pages = [*sorted(site.glob("test-*.html")), crowded / page_name(CROWDED_TEST)]
+    seen = 0
+    for page in pages:
+        open_page(browser, page)
+        for chart in browser.execute_script(_LAYOUT):
+            texts = [(cls, text, _shrunk(box)) for cls, text, box in chart["texts"]]
+            assert layout_faults(texts, [tuple(ln) for ln in chart["lines"]], chart["width"], chart["height"]) == [], \
+                (page.name, chart["id"])
+            ticks = sorted((box[2], text) for cls, text, box in texts if cls == "x-tick")
+            assert ticks and ticks[-1][0] <= chart["width"]  # the last x label within the chart's box
+            seen += 1
+    assert seen >= 3
+    open_page(browser, crowded / page_name(CROWDED_TEST))
+    last = browser.execute_script(
+        "const t = [...document.querySelectorAll('svg.chart text.x-tick')].sort((a, b) => a.getBBox().x - "
+        "b.getBBox().x).pop(); return t.textContent")
+    assert last == commit_of(CROWDED_SESSIONS - 1)[:7]
+    assert browser.execute_script("return document.querySelectorAll('svg.chart .left-out').length") == 6
+    browser.save_screenshot(str(_shots() / "history-crowded.png"))

@@ -4,12 +4,15 @@
 
 - ``index.html``: every change point, the newest unacknowledged first, each with its series' sparkline, its magnitude
   and 99% interval, its commit range and its cause (the code, or the machine fields that changed); then the
-  acknowledged ones, greyed, with their reason; then the series without a change point; links to every test page
-  and to the fleet page;
+  acknowledged ones, greyed, with their reason; then the series without a change point; each series with how many
+  of its sessions are left out of change points (outliers, uncommitted changes, 0 ms), where any is; links to every
+  test page and to the fleet page;
 - one page per test (the node id without the memory mode, :attr:`~.model.SeriesKey.test`), named by a slug of it
   and 8 hex digits of its hash: for each measurement key and device, a chart of each memory mode's series
   (:mod:`~pytest_jetmem.history.svg`: medians over the sessions in commit order, each session's spread, the
-  machine-class boundaries, the change points), then a table of the modes and a table of the change points;
+  machine-class boundaries, the change points; a session that does not count for change points, :meth:`Series.note
+  <pytest_jetmem.history.analysis.Series.note>`, hollow, with its reason), the list of those sessions, then a table
+  of the modes and a table of the change points;
 - ``fleet.html`` (the fleet matrix, :func:`~pytest_jetmem.history.fleet.fleet_matrix`, as a table with
   ``id="fleet"``) and ``fleet.json`` (:meth:`~pytest_jetmem.history.fleet.FleetMatrix.to_json`).
 
@@ -32,6 +35,7 @@ import os
 import re
 import shutil
 import tempfile
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from html import escape
@@ -66,6 +70,7 @@ nav{margin-bottom:1rem}nav a{margin-right:1rem}code{font-size:12.5px}
 .pick{font-weight:600}.note{color:#555;font-size:12.5px}
 a:focus{outline:2px solid #0072B2}
 .sr{position:absolute;width:1px;height:1px;overflow:hidden;clip:rect(0 0 0 0);white-space:nowrap}
+.nw{white-space:nowrap}ul.left-out{margin:.25rem 0 1rem;padding-left:1.25rem}
 """
 
 
@@ -81,10 +86,16 @@ class _Track:
     places: tuple[int, ...]
     medians: tuple[float, ...]
     mads: tuple[float, ...]
+    notes: tuple[str, ...]  # per session, why it does not count for change points ("": it counts)
 
     @property
     def name(self) -> str:
         return f"{self.key.name} on {self.device}"
+
+    @property
+    def left_out(self) -> list[int]:
+        """The indices of the sessions that do not count."""
+        return [i for i, note in enumerate(self.notes) if note]
 
 
 @dataclass(frozen=True)
@@ -107,14 +118,15 @@ def _tracks(rows: Sequence[SessionRow], series: Sequence[Series]) -> list[_Track
     """Every series (:func:`~.analysis.histories`: per device, sorted by name and device) with its sessions' places
     in ``rows`` (commit order)."""
     place = {row.id: i for i, row in enumerate(rows)}
-    return [_Track(s.key, s.device, tuple(place[row.id] for row in s.sessions), s.medians, s.mads) for s in series]
+    return [_Track(s.key, s.device, tuple(place[row.id] for row in s.sessions), s.medians, s.mads,
+                   tuple(s.note(i) for i in range(len(s.sessions)))) for s in series]
 
 
-def _load(store: Store, branch: str | None) -> _Data:
+def _load(store: Store, branch: str | None, include_dirty: bool, chain: Sequence[str]) -> _Data:
     """The sessions of ``branch`` in commit order, every series' points and the change points (the measurements
     read once, for both)."""
-    rows = tuple(commit_order(store.sessions(branch=branch)))
-    series = histories(store, branch)
+    rows = tuple(commit_order(store.sessions(branch=branch), chain))
+    series = histories(store, branch, include_dirty=include_dirty, chain=chain)
     tracks = _tracks(rows, series)
     modes = tuple(sorted({t.key.mode for t in tracks}))
     return _Data(branch, rows, tuple(tracks), tuple(changes(store, branch, series=series)),
@@ -174,6 +186,35 @@ def _ack_text(change: Change) -> str:
     return f"acknowledged: {escape(change.ack.reason)} ({escape(change.ack.author)}, {escape(change.ack.created)})"
 
 
+_ARROW = re.compile(r"\S+ (?:->|→) \S+")
+
+
+def _nowrap(text: str) -> str:
+    """``text`` as HTML with each ``a -> b`` (or ``a → b``) in a span that never breaks (``.nw``)."""
+    out, end = [], 0
+    for m in _ARROW.finditer(text):
+        out += [escape(text[end:m.start()]), f'<span class="nw">{escape(m.group())}</span>']
+        end = m.end()
+    return "".join(out) + escape(text[end:])
+
+
+_WHY = {"uncommitted changes": "with uncommitted changes", "0 ms": "at 0 ms"}
+
+
+def _counts(notes: Iterable[str]) -> str:
+    """``1 outlier, 2 with uncommitted changes`` from the notes of the sessions left out (``""``: none)."""
+    tally = Counter(note.removesuffix(": left out") for note in notes if note)
+    return ", ".join(f"{n} {_WHY.get(why, why)}" for why, n in sorted(tally.items()))
+
+
+def _left_out_note(track: _Track) -> str:
+    """``2 of 60 session(s) left out of change points (1 outlier, 1 with uncommitted changes)``; ``""`` where none
+    is."""
+    n = len(track.left_out)
+    return (f"{n} of {len(track.notes)} session(s) left out of change points ({_counts(track.notes)})"
+            if n else "")
+
+
 def _table(caption: str, header: Sequence[str], rows: Iterable[str], attrs: str = "", *, shown: bool = True) -> str:
     """A table of ``rows`` (each a ``<tr>``), with a caption (for screen readers alone unless ``shown``) and a
     header row."""
@@ -189,25 +230,31 @@ def _table(caption: str, header: Sequence[str], rows: Iterable[str], attrs: str 
 def _spark(track: _Track, data: _Data) -> str:
     marks = [track.places.index(data.place[c.after.uid]) for c in data.changes_of(track)
              if data.place.get(c.after.uid) in track.places]
+    left_out = _left_out_note(track)
     label = (f"{track.name}: {len(track.medians)} sessions, latest median {track.medians[-1]:.4g} ms, "
-             f"{len(marks)} change point(s)")
-    return sparkline(track.medians, marks, label=label)
+             f"{len(marks)} change point(s)" + (f", {left_out} (hollow rings)" if left_out else ""))
+    return sparkline(track.medians, marks, label=label, left_out=track.left_out)
 
 
-def _series_link(key: SeriesKey, device: str) -> str:
-    href = f"{page_name(key.test)}#{_anchor(key.key, device)}"
-    return f'<a href="{escape(href)}"><code>{escape(key.nodeid)}</code></a> <code>{escape(key.key)}</code>'
+def _series_cell(track: _Track) -> str:
+    """The series' link to its chart, and how many of its sessions are left out, where any is."""
+    key = track.key
+    href = f"{page_name(key.test)}#{_anchor(key.key, track.device)}"
+    link = f'<a href="{escape(href)}"><code>{escape(key.nodeid)}</code></a> <code>{escape(key.key)}</code>'
+    left_out = _left_out_note(track)
+    return f"<td>{link}" + (f'<br><span class="note left-out">{escape(left_out)}</span>' if left_out else "") + "</td>"
 
 
-def _change_row(change: Change, spark: str, repo_url: str | None) -> str:
+def _change_row(change: Change, track: _Track, spark: str, repo_url: str | None) -> str:
     cls = ' class="acked"' if change.ack is not None else ""
-    return (f"<tr{cls}><td>{_series_link(change.series, change.device)}</td><td>{escape(change.device)}</td>"
+    return (f"<tr{cls}>{_series_cell(track)}<td>{escape(change.device)}</td>"
             f"<td>{spark}</td><td>{_direction(change)} {escape(change.magnitude_text)}</td>"
-            f"<td>{_range(change, repo_url)}</td><td>{escape(change.cause_text)}</td><td>{_ack_text(change)}</td></tr>")
+            f"<td>{_range(change, repo_url)}</td><td>{_nowrap(change.cause_text)}</td><td>{_ack_text(change)}</td>"
+            "</tr>")
 
 
 def _quiet_row(track: _Track, spark: str) -> str:
-    return (f"<tr><td>{_series_link(track.key, track.device)}</td><td>{escape(track.device)}</td><td>{spark}</td>"
+    return (f"<tr>{_series_cell(track)}<td>{escape(track.device)}</td><td>{spark}</td>"
             f'<td class="num">{len(track.medians)}</td><td class="num">{track.medians[-1]:.4g}</td></tr>')
 
 
@@ -220,18 +267,22 @@ def _section(heading: str, header: Sequence[str], rows: Sequence[str], table_id:
 def _index(data: _Data, repo_url: str | None) -> str:
     """The index page: unacknowledged change points (newest first), acknowledged ones, series without any."""
     sparks = {(t.key, t.device): _spark(t, data) for t in data.tracks}
+    tracks = {(t.key, t.device): t for t in data.tracks}
     newest = sorted(data.changes, key=lambda c: (-data.place[c.after.uid], c.series.name, c.device))
-    rows = {acked: [_change_row(c, sparks[(c.series, c.device)], repo_url) for c in newest if (c.ack is not None)
-                    == acked] for acked in (False, True)}
+    rows = {acked: [_change_row(c, tracks[(c.series, c.device)], sparks[(c.series, c.device)], repo_url)
+                    for c in newest if (c.ack is not None) == acked] for acked in (False, True)}
     with_changes = {(c.series, c.device) for c in data.changes}
     quiet = [_quiet_row(t, sparks[(t.key, t.device)]) for t in data.tracks if (t.key, t.device) not in with_changes]
     header = ["series", "device", "history", "change [99% interval]", "commits", "cause", "status"]
     branch = data.branch if data.branch is not None else "every branch"
+    with_left_out = sum(1 for t in data.tracks if t.left_out)
     body = [
         f"<h1>jetmem history: {escape(branch)}</h1>",
         f"<p>{len(data.rows)} session(s), {len(data.tracks)} series, {len(data.changes)} change point(s): "
         f"{len(rows[False])} unacknowledged, {len(rows[True])} acknowledged. "
-        '<a href="fleet.html">The fleet: the mode to pick per machine class</a>.</p>',
+        + (f"{with_left_out} series have sessions left out of change points (outliers, uncommitted changes, 0 ms: "
+           "hollow rings on their charts). " if with_left_out else "")
+        + '<a href="fleet.html">The fleet: the mode to pick per machine class</a>.</p>',
         _section("Unacknowledged change points (newest first)", header, rows[False], "changes"),
         _section("Acknowledged change points", header, rows[True], "acked"),
         _section("Series without change points", ["series", "device", "history", "sessions", "latest median (ms)"],
@@ -272,9 +323,10 @@ def _marker(change: Change, x: int) -> Marker:
 
 
 def _points(track: _Track, x_of: dict[int, int], data: _Data) -> tuple[Point, ...]:
-    """A track's points at their places in a chart, each with its commit and start as its tooltip."""
-    return tuple(Point(x_of[p], m, d, f"{data.rows[p].short_commit} {data.rows[p].started[:16]}")
-                 for p, m, d in zip(track.places, track.medians, track.mads, strict=True))
+    """A track's points at their places in a chart, each with its commit and start as its tooltip and why it does
+    not count, where it does not."""
+    return tuple(Point(x_of[p], m, d, f"{data.rows[p].short_commit} {data.rows[p].started[:16]}", note)
+                 for p, m, d, note in zip(track.places, track.medians, track.mads, track.notes, strict=True))
 
 
 def _chart(test: str, key: str, device: str, tracks: Sequence[_Track], data: _Data) -> tuple[Chart, list[Change]]:
@@ -293,12 +345,15 @@ def _chart(test: str, key: str, device: str, tracks: Sequence[_Track], data: _Da
 
 def _desc(key: str, device: str, tracks: Sequence[_Track], found: Sequence[Change],
           bounds: Sequence[Boundary]) -> str:
-    """The chart's description in words: per mode its sessions, latest median and change points; the class changes."""
+    """The chart's description in words: per mode its sessions, latest median, change points and the sessions left
+    out of change points (hollow rings); the class changes."""
     parts = [f"Median time of {key} on {device} per session, in commit order, one line per memory mode."]
     for t in tracks:
         n_changes = sum(1 for c in found if c.series == t.key)
+        left_out = f", {len(t.left_out)} left out of change points ({_counts(t.notes)}; hollow rings)" \
+            if t.left_out else ""
         parts.append(f"{t.key.mode or '-'}: {len(t.medians)} session(s), latest median {t.medians[-1]:.4g} ms "
-                     f"(MAD {t.mads[-1]:.3g}), {n_changes} change point(s).")
+                     f"(MAD {t.mads[-1]:.3g}), {n_changes} change point(s){left_out}.")
     parts.extend(f"Machine class changes before session {b.x + 1}: {b.label}." for b in bounds)
     return " ".join(parts)
 
@@ -306,11 +361,31 @@ def _desc(key: str, device: str, tracks: Sequence[_Track], found: Sequence[Chang
 def _mode_rows(tracks: Sequence[_Track], found: Sequence[Change]) -> list[str]:
     return [
         f"<tr><td>{escape(t.key.mode or '-')}</td><td>{escape(t.key.nodeid)}</td>"
-        f'<td class="num">{len(t.medians)}</td><td class="num">{t.medians[0]:.4g}</td>'
-        f'<td class="num">{t.medians[-1]:.4g} ± {t.mads[-1]:.3g}</td>'
+        f'<td class="num">{len(t.medians)}</td><td>{escape(_counts(t.notes)) or "none"}</td>'
+        f'<td class="num">{t.medians[0]:.4g}</td><td class="num">{t.medians[-1]:.4g} ± {t.mads[-1]:.3g}</td>'
         f'<td class="num">{sum(1 for c in found if c.series == t.key)}</td></tr>'
         for t in tracks
     ]
+
+
+#: The most sessions left out that a chart lists by name; the rest are counted.
+LIST_LEFT_OUT = 25
+
+
+def _left_out_list(tracks: Sequence[_Track], data: _Data, repo_url: str | None) -> str:
+    """The sessions of a chart left out of change points (its hollow rings): mode, commit, start, median and why;
+    ``""`` where none is."""
+    items = [(data.place[data.rows[p].uid], t.key.mode or "-", p, m, note) for t in tracks
+             for p, m, note in zip(t.places, t.medians, t.notes, strict=True) if note]
+    if not items:
+        return ""
+    items.sort(key=lambda item: (item[0], item[1]))
+    lines = [f"<li>{escape(mode)}, {_commit(data.rows[p], repo_url)} {escape(data.rows[p].started[:16])}: "
+             f"{m:.4g} ms: {escape(note)}</li>" for _, mode, p, m, note in items[:LIST_LEFT_OUT]]
+    if len(items) > LIST_LEFT_OUT:
+        lines.append(f"<li>and {len(items) - LIST_LEFT_OUT} more</li>")
+    return (f'<p class="note">Sessions left out of change points (hollow rings), {len(items)}:</p>\n'
+            '<ul class="left-out note">' + "".join(lines) + "</ul>")
 
 
 def _change_rows(found: Sequence[Change], repo_url: str | None) -> list[str]:
@@ -318,8 +393,8 @@ def _change_rows(found: Sequence[Change], repo_url: str | None) -> list[str]:
         ("<tr>" if c.ack is None else '<tr class="acked">')
         + f"<td>{escape(c.series.mode or '-')}</td><td>{_range(c, repo_url)}</td>"
         f"<td>{_direction(c)} {escape(c.magnitude_text)}</td>"
-        f'<td class="num">{c.point.before_ms:.4g} → {c.point.after_ms:.4g}</td>'
-        f"<td>{escape(c.cause_text)}</td><td>{_ack_text(c)}</td></tr>"
+        f'<td class="num"><span class="nw">{c.point.before_ms:.4g} → {c.point.after_ms:.4g}</span></td>'
+        f"<td>{_nowrap(c.cause_text)}</td><td>{_ack_text(c)}</td></tr>"
         for c in found
     ]
 
@@ -336,8 +411,10 @@ def _test_page(test: str, tracks: Sequence[_Track], data: _Data, repo_url: str |
         found.sort(key=lambda c: (data.place[c.after.uid], c.series.mode))
         body.append(f'<section><h2><code>{escape(key)}</code> on {escape(device)}</h2>')
         body.append(series_chart(chart))
-        body.append(_table("Memory modes", ["mode", "node id", "sessions", "first median (ms)",
-                                            "latest median ± MAD (ms)", "change points"], _mode_rows(group, found)))
+        body.append(_left_out_list(group, data, repo_url))
+        body.append(_table("Memory modes", ["mode", "node id", "sessions", "left out of change points",
+                                            "first median (ms)", "latest median ± MAD (ms)", "change points"],
+                           _mode_rows(group, found)))
         body.append(_table("Change points", ["mode", "commits", "change [99% interval]", "median before → after (ms)",
                                              "cause", "status"], _change_rows(found, repo_url), ' class="changes"')
                     if found else "<p>No change points.</p>")
@@ -349,13 +426,18 @@ def _test_page(test: str, tracks: Sequence[_Track], data: _Data, repo_url: str |
 
 
 def _fleet_cell(cell: FleetCell | None) -> str:
+    """A fleet cell: its text once (``managed (device 1.32x [...])``, the pick in bold; or ``no clear winner
+    (tied: ...)``), then each mode's time against the fastest."""
     if cell is None:
         return '<td class="note">not measured in two or more modes</td>'
-    pick = f'<span class="pick">{escape(cell.pick)}</span>' if cell.pick else "no clear winner"
+    text = cell.text
+    if cell.pick and text.startswith(cell.pick):
+        said = f'<span class="pick">{escape(cell.pick)}</span>{escape(text[len(cell.pick):])}'
+    else:
+        said = escape(text)
     ratios = ", ".join(f"{escape(s.mode)} {times(s.ratio)}" + (f" [{times(s.ci[0])}, {times(s.ci[1])}]" if s.ci else "")
                        for s in cell.advice.standings)
-    return (f'<td title="{escape(cell.advice.summary())}">{pick}<br><span class="note">{escape(cell.text)}</span>'
-            f'<br><span class="note">{ratios}</span></td>')
+    return f'<td title="{escape(cell.advice.summary())}">{said}<br><span class="note">{ratios}</span></td>'
 
 
 def _fleet(matrix: FleetMatrix, pages: dict[str, str], data: _Data) -> str:
@@ -422,14 +504,16 @@ def _write(folder: Path, pages: Iterable[tuple[str, Callable[[], str]]],
 
 
 def publish(store: Store, out_dir: Path, *, branch: str | None, repo_url: str | None = None,
-            progress: Callable[[int, int], None] | None = None) -> list[Path]:
+            progress: Callable[[int, int], None] | None = None, include_dirty: bool = False,
+            chain: Sequence[str] = ()) -> list[Path]:
     """Write the site of ``store``'s ``branch`` (None: every branch) into ``out_dir``, replacing it whole; the files
     written (``index.html`` first, then the test pages, ``fleet.html`` and ``fleet.json``). ``progress(done,
-    total)`` is called after each file. ValueError where ``out_dir`` is not a new, empty or published site folder;
-    on any error the old site stays."""
+    total)`` is called after each file. ``include_dirty`` and ``chain`` as :func:`~.analysis.histories` takes them
+    (sessions of uncommitted changes count; git's first-parent history orders the commits). ValueError where
+    ``out_dir`` is not a new, empty or published site folder; on any error the old site stays."""
     out_dir = Path(out_dir)
     _check_target(out_dir)
-    data = _load(store, branch)
+    data = _load(store, branch, include_dirty, chain)
     matrix = fleet_matrix(store, branch)
     by_test: dict[str, list[_Track]] = {}
     for t in data.tracks:

@@ -9,24 +9,32 @@ own ``<title>`` (a tooltip, and what assistive technology reads), so a chart is 
 points, measured by ``benchmarks/history_publish_cost.py``.
 
 What a chart draws (:func:`series_chart`): one line per memory mode (x: the sessions in commit order, y: the
-median in ms), each mode told apart by its dash pattern and marker shape as well as its colour; every session's
-spread (median +- MAD) as whiskers, or as a band where there are more sessions than whiskers can show; a vertical
-line with a label where the machine class changes (a driver or JetPack upgrade); each change point as a triangle
-(up: slower, down: faster) with a text label, greyed where acknowledged. Data elements carry ``class="mark"``, change
-point markers ``class="changepoint"``. A line of more than :data:`MAX_POINTS` points is thinned to the first, last,
-lowest and highest point of each of :data:`MAX_POINTS` / 4 buckets, and every point a change point starts at is
-kept. GPU-free and pytest-free; knows nothing of stores.
+median in ms), each mode told apart by its dash pattern and marker shape as well as its colour; a line whose points
+lie on an earlier line's is drawn a few pixels to the right, and its legend entry says so; every session's spread
+(median +- MAD) as whiskers, or as a band where there are more sessions than whiskers can show; a session that does
+not count for change points (:attr:`Point.left_out`) as a hollow ring off the line (``class="left-out"``), its
+reason in its tooltip; a vertical line with a label where the machine class changes (a driver or JetPack upgrade);
+each change point as a triangle (up: slower, down: faster) with a text label, greyed where acknowledged. Data
+elements carry ``class="mark"``, change point markers ``class="changepoint"``.
+
+Layout: every text stays inside the ``viewBox``, and no two labels (x ticks, boundary labels, change point labels)
+overlap each other, a boundary line or a change point marker, by their estimated boxes (:func:`text_width`): a
+change point label goes to the nearest free row above or below its marker; where none is free within a few rows,
+the marker gets a number (``#1``) and the label goes to a numbered key under the legend, which, like the legend,
+wraps onto as many rows as it needs (the chart grows downwards). A line of more than
+:data:`MAX_POINTS` points is thinned to the first, last, lowest and highest point of each of :data:`MAX_POINTS` / 4
+buckets, and every point a change point starts at is kept. GPU-free and pytest-free; knows nothing of stores.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from html import escape
 
-__all__ = ["MAX_POINTS", "Boundary", "Chart", "Line", "Marker", "Point", "nice_ticks", "series_chart", "sparkline",
-           "thin"]
+__all__ = ["FONT", "MAX_POINTS", "Boundary", "Chart", "Line", "Marker", "Point", "nice_ticks", "series_chart",
+           "sparkline", "text_width", "thin"]
 
 #: The most points a line keeps (about one per pixel of the plot); longer lines are thinned (:func:`thin`).
 MAX_POINTS = 1000
@@ -41,18 +49,32 @@ DASHES = ("", "8 4", "2 3", "10 3 2 3", "5 2 1 2 1 2", "1 5")
 SHAPES = ("circle", "square", "triangle", "diamond", "cross", "plus")
 GREY = "#8a8a8a"
 
-WIDTH, HEIGHT = 760, 330
-LEFT, RIGHT, TOP, BOTTOM = 64, 20, 34, 72  # the plot's margins (the bottom holds the x labels and the legend)
+#: The font size of every text of a chart (user units).
+FONT = 11.0
+# The width of a character as labels are placed, in em: on the wide side of DejaVu Sans (the usual fallback of
+# ``system-ui`` on Linux: digits 0.636 em, "m" 0.974, "%" 0.95, "#" 0.838, a space 0.318), so that labels placed
+# apart are apart in a browser. Wide characters and the space by name; capitals and digits 0.7; the rest 0.62.
+_EMS = dict.fromkeys("mwMW%#@→▼▲±", 1.0) | {" ": 0.35}
+#: The distance between two rows of labels (a line of 11 px text is about 12.8 px high).
+ROW = 14.0
+#: How far a line whose points lie on an earlier line's is drawn to the right, in user units.
+DODGE = 3.0
+
+WIDTH = 760
+MIN_LEFT, RIGHT, TOP, PLOT_H = 64, 20, 34, 224  # the plot's margins and height (TOP holds two rows of labels)
+_NEAR_ROWS = 3  # a change point label farther than this many rows from its marker is a number and a key entry
 
 
 @dataclass(frozen=True)
 class Point:
-    """One session of a line: its x (the session's place in the chart), median and MAD (ms), and a tooltip."""
+    """One session of a line: its x (the session's place in the chart), median and MAD (ms), a tooltip, and why
+    it does not count for change points (``""``: it counts; else drawn hollow, off the line)."""
 
     x: int
     median: float
     mad: float
     note: str = ""
+    left_out: str = ""
 
 
 @dataclass(frozen=True)
@@ -142,13 +164,88 @@ def thin(points: Sequence[Point], keep: frozenset[int] = frozenset(), limit: int
     return [points[i] for i in sorted(chosen)]
 
 
-class _Scale:
-    """Maps session index and ms to plot coordinates."""
+# -- placing text --------------------------------------------------------------------------------------------------
 
-    def __init__(self, n: int, lo: float, hi: float) -> None:
+
+@dataclass(frozen=True)
+class _Box:
+    """A rectangle of the chart in user units: left, top, right, bottom (y grows downwards, as in SVG). Boxes that
+    only touch do not overlap."""
+
+    x0: float
+    y0: float
+    x1: float
+    y1: float
+
+    def hits(self, other: _Box) -> bool:
+        """Whether the two overlap by more than an edge."""
+        return self.x0 < other.x1 and other.x0 < self.x1 and self.y0 < other.y1 and other.y0 < self.y1
+
+    def within(self, other: _Box) -> bool:
+        """Whether this box lies wholly inside ``other``."""
+        return other.x0 <= self.x0 and self.x1 <= other.x1 and other.y0 <= self.y0 and self.y1 <= other.y1
+
+
+def text_width(text: str) -> float:
+    """The width of ``text`` at :data:`FONT` size as labels are placed: an estimate on the wide side of the
+    browser's own, so that two labels placed apart by it do not touch when drawn."""
+    return FONT * sum(_EMS.get(ch, 0.7 if ch.isupper() or ch.isdigit() else 0.62) for ch in text)
+
+
+def _text_box(x: float, y: float, text: str, anchor: str, *, middle: bool = False) -> _Box:
+    """The estimated box of ``text`` drawn at (x, y) with ``anchor`` (start, middle, end); ``y`` its baseline (the
+    box from 0.93 em above to 0.24 em below, DejaVu Sans's ascent and descent), or its middle; a pixel of room
+    either side."""
+    w = text_width(text)
+    left = x - w if anchor == "end" else x - w / 2 if anchor == "middle" else x
+    top, bottom = (y - 0.6 * FONT, y + 0.6 * FONT) if middle else (y - 0.93 * FONT, y + 0.24 * FONT)
+    return _Box(left - 1, top, left + w + 1, bottom)
+
+
+class _Placer:
+    """Places labels where no label placed before and no obstacle is: ``taken`` holds the boxes of both (boundary
+    lines and change point markers are put there before any label is placed)."""
+
+    def __init__(self) -> None:
+        self.taken: list[_Box] = []
+
+    def place(self, text: str, candidates: Iterable[tuple[float, float, str]], area: _Box) -> tuple[float, float,
+                                                                                                       str] | None:
+        """The first of ``candidates`` (x, baseline y, text-anchor) where ``text`` lies inside ``area`` and clear of
+        everything taken (then taken); None where none is."""
+        for x, y, anchor in candidates:
+            box = _text_box(x, y, text, anchor)
+            if box.within(area) and not any(box.hits(t) for t in self.taken):
+                self.taken.append(box)
+                return x, y, anchor
+        return None
+
+
+class _Key:
+    """The numbered key under the legend: the labels that did not fit beside what they label, each as its number
+    (``#1``, ``#2``, in the order they were given), its label and the tooltip of what it labels."""
+
+    def __init__(self) -> None:
+        self.entries: list[tuple[str, str, str]] = []  # (number, label, tooltip)
+
+    def add(self, label: str, detail: str) -> str:
+        """The number of a new entry, drawn where the label would have been."""
+        number = f"#{len(self.entries) + 1}"
+        self.entries.append((number, label, detail))
+        return number
+
+
+# -- the chart -----------------------------------------------------------------------------------------------------
+
+
+class _Scale:
+    """Maps session index and ms to plot coordinates: the plot spans ``x0``..``x1`` (``left`` to the right margin)
+    and ``y1``..``y0`` (top to bottom, :data:`TOP` down :data:`PLOT_H`), whatever the legend's height."""
+
+    def __init__(self, n: int, lo: float, hi: float, left: float) -> None:
         self.n, self.lo, self.hi = n, lo, hi
-        self.x0, self.x1 = LEFT, WIDTH - RIGHT
-        self.y0, self.y1 = HEIGHT - BOTTOM, TOP
+        self.x0, self.x1 = left, WIDTH - RIGHT
+        self.y0, self.y1 = TOP + PLOT_H, TOP
 
     def x(self, i: float) -> float:
         if self.n <= 1:
@@ -194,168 +291,294 @@ def _style(i: int) -> tuple[str, str, str]:
     return COLOURS[i % len(COLOURS)], DASHES[i % len(DASHES)], SHAPES[i % len(SHAPES)]
 
 
-def _axes(chart: Chart, s: _Scale) -> list[str]:
-    """The frame, the y ticks and grid, the x ticks (about 6 session labels) and the axis titles."""
+def _left(ticks: Sequence[float]) -> float:
+    """The plot's left edge: room for the widest y tick label (6 units from the plot) and, left of it, the y axis
+    title (rotated, centred 14 units from the edge: 30 units in all)."""
+    return max(MIN_LEFT, math.ceil(30 + 6 + max((text_width(_num(v)) for v in ticks), default=0.0)))
+
+
+def _axes(chart: Chart, s: _Scale, ticks: Sequence[float]) -> list[str]:
+    """The frame, the y ticks and grid, the x ticks and the axis titles."""
     out = [f'<rect x="{s.x0}" y="{s.y1}" width="{s.x1 - s.x0}" height="{s.y0 - s.y1}" class="frame" fill="none" '
            'stroke="#bbb"/>']
-    for v in nice_ticks(s.lo, s.hi):
+    for v in ticks:
         y = _f(s.y(v))
         out.append(f'<line x1="{s.x0}" x2="{s.x1}" y1="{y}" y2="{y}" stroke="#eee"/>'
-                   f'<text x="{s.x0 - 6}" y="{y}" text-anchor="end" dominant-baseline="middle">{_num(v)}</text>')
-    n = len(chart.x_labels)
-    step = max(1, math.ceil(n / 6))
-    for i in range(0, n, step):
-        x = _f(s.x(i))
-        out.append(f'<line x1="{x}" x2="{x}" y1="{s.y0}" y2="{s.y0 + 4}" stroke="#888"/>'
-                   f'<text x="{x}" y="{s.y0 + 16}" text-anchor="middle">{escape(chart.x_labels[i])}</text>')
+                   f'<text x="{s.x0 - 6}" y="{y}" text-anchor="end" dominant-baseline="middle" class="y-tick">'
+                   f"{_num(v)}</text>")
+    out.extend(_x_ticks(chart, s))
     out.append(f'<text x="{(s.x0 + s.x1) / 2:.0f}" y="{s.y0 + 32}" text-anchor="middle">{escape(chart.x_label)}</text>')
     out.append(f'<text x="14" y="{(s.y0 + s.y1) / 2:.0f}" text-anchor="middle" '
                f'transform="rotate(-90 14 {(s.y0 + s.y1) / 2:.0f})">{escape(chart.y_label)}</text>')
     return out
 
 
-def _spread(points: Sequence[Point], s: _Scale, colour: str) -> str:
+def _x_ticks(chart: Chart, s: _Scale) -> list[str]:
+    """About 6 session labels, the first and the last always: each inside the chart (moved in from the edge where
+    it would cross it, its tick where the session is), one that would overlap a placed one left out."""
+    n = len(chart.x_labels)
+    step = max(1, math.ceil(n / 6))
+    wanted = dict.fromkeys([0, n - 1, *range(step, n - 1, step)]) if n else {}
+    placer, area = _Placer(), _Box(0, 0, WIDTH, s.y0 + 20)
+    out = []
+    for i in wanted:
+        x, text = s.x(i), chart.x_labels[i]
+        half = text_width(text) / 2 + 2
+        cx = min(max(x, half), WIDTH - half)
+        if placer.place(text, [(cx, s.y0 + 16, "middle")], area) is None:
+            continue
+        out.append(f'<line x1="{_f(x)}" x2="{_f(x)}" y1="{s.y0}" y2="{s.y0 + 4}" stroke="#888"/>'
+                   f'<text x="{_f(cx)}" y="{s.y0 + 16}" text-anchor="middle" class="x-tick">{escape(text)}</text>')
+    return out
+
+
+def _spread(points: Sequence[Point], s: _Scale, colour: str, dx: float) -> str:
     """Each session's median +- MAD: whiskers (one path) for a few points, else a band."""
     if len(points) <= MAX_WHISKERS or len(points) == 1:
-        d = "".join(f"M{_f(s.x(p.x))} {_f(s.y(p.median - p.mad))}V{_f(s.y(p.median + p.mad))}" for p in points)
+        d = "".join(f"M{_f(s.x(p.x) + dx)} {_f(s.y(p.median - p.mad))}V{_f(s.y(p.median + p.mad))}" for p in points)
         return f'<path class="mark spread" d="{d}" stroke="{colour}" stroke-width="1.5" fill="none"/>'
-    upper = " ".join(f"{_f(s.x(p.x))},{_f(s.y(p.median + p.mad))}" for p in points)
-    lower = " ".join(f"{_f(s.x(p.x))},{_f(s.y(p.median - p.mad))}" for p in reversed(points))
+    upper = " ".join(f"{_f(s.x(p.x) + dx)},{_f(s.y(p.median + p.mad))}" for p in points)
+    lower = " ".join(f"{_f(s.x(p.x) + dx)},{_f(s.y(p.median - p.mad))}" for p in reversed(points))
     return f'<polygon class="mark spread" points="{upper} {lower}" fill="{colour}" fill-opacity="0.18" stroke="none"/>'
 
 
-def _line(line: Line, chart: Chart, s: _Scale) -> list[str]:
-    """One mode: its spread, its polyline (dashed by mode) and its markers (shaped by mode), with tooltips."""
+def _dash(dash: str) -> str:
+    return f' stroke-dasharray="{dash}"' if dash else ""
+
+
+def _tip(line: Line, p: Point) -> str:
+    """A point's tooltip: ``managed: 1.234 ms ± 0.01 (a1b2c3d4e5 2026-11-01T00:30; outlier: left out)``."""
+    extra = "; ".join(t for t in (p.note, p.left_out) if t)
+    return f"{line.name}: {_num(p.median)} ms ± {_num(p.mad)}" + (f" ({extra})" if extra else "")
+
+
+def _line(line: Line, chart: Chart, s: _Scale, dx: float) -> list[str]:
+    """One mode: its spread, its polyline (dashed by mode) and its markers (shaped by mode), with tooltips; the
+    sessions left out as hollow rings off the line; everything ``dx`` to the right."""
     colour, dash, shape = _style(line.style)
     keep = frozenset(m.x for m in chart.markers if m.line == line.name)
-    points = thin(line.points, keep)
-    dash_attr = f' stroke-dasharray="{dash}"' if dash else ""
-    coords = " ".join(f"{_f(s.x(p.x))},{_f(s.y(p.median))}" for p in points)
-    out = [f'<g class="series" data-mode="{escape(line.name)}">', _spread(points, s, colour),
+    counted = [p for p in line.points if not p.left_out]
+    left_out = thin([p for p in line.points if p.left_out])
+    points = thin(counted or line.points, keep)
+    coords = " ".join(f"{_f(s.x(p.x) + dx)},{_f(s.y(p.median))}" for p in points)
+    out = [f'<g class="series" data-mode="{escape(line.name)}">', _spread(points, s, colour, dx),
            f'<polyline class="mark line" points="{coords}" fill="none" stroke="{colour}" stroke-width="1.6"'
-           f"{dash_attr}><title>{escape(line.name)}</title></polyline>"]
-    every = max(1, math.ceil(len(points) / MAX_MARKERS))
-    attrs = f'class="mark point" fill="{colour}" stroke="#fff" stroke-width="0.8"'
-    for p in points[::every]:
-        tip = f"{line.name}: {_num(p.median)} ms ± {_num(p.mad)}" + (f" ({p.note})" if p.note else "")
-        out.append(_shape(shape, s.x(p.x), s.y(p.median), 3.5, attrs, tip))
+           f"{_dash(dash)}><title>{escape(line.name)}</title></polyline>"]
+    if counted:
+        every = max(1, math.ceil(len(points) / MAX_MARKERS))
+        attrs = f'class="mark point" fill="{colour}" stroke="#fff" stroke-width="0.8"'
+        out.extend(_shape(shape, s.x(p.x) + dx, s.y(p.median), 3.5, attrs, _tip(line, p)) for p in points[::every])
+    out.extend(_left_out_mark(shape, s.x(p.x) + dx, s.y(p.median), colour, _tip(line, p)) for p in left_out)
     out.append("</g>")
     return out
 
 
-def _boundaries(chart: Chart, s: _Scale) -> list[str]:
-    """A vertical line between the last session of a machine class and the first of the next, with its label."""
-    out = []
-    for k, b in enumerate(chart.boundaries):
-        x = s.x(b.x - 0.5)
-        y = s.y1 - 6 - 11 * (k % 2)
-        # the label runs away from the nearer edge
-        anchor, tx = ("start", x + 3) if x < (s.x0 + s.x1) / 2 else ("end", x - 3)
-        out.append(f'<g class="boundary"><title>{escape(b.detail)}</title>'
-                   f'<line x1="{_f(x)}" x2="{_f(x)}" y1="{s.y1 - 4}" y2="{s.y0}" stroke="#444" stroke-width="1.2" '
-                   f'stroke-dasharray="6 2 1 2"/><text x="{_f(tx)}" y="{y}" text-anchor="{anchor}" '
-                   f'class="boundary-label">{escape(b.label)}</text></g>')
+def _left_out_mark(shape: str, x: float, y: float, colour: str, tip: str = "", cls: str = "mark left-out") -> str:
+    """A session left out of change points: a hollow ring around a small outline of the mode's marker shape."""
+    title = f"<title>{escape(tip)}</title>" if tip else ""
+    return (f'<g class="{cls}">{title}<circle cx="{_f(x)}" cy="{_f(y)}" r="5.5" fill="#fff" '
+            f'stroke="{colour}" stroke-width="1.3"/>'
+            + _shape(shape, x, y, 2.2, f'fill="none" stroke="{colour}" stroke-width="1"') + "</g>")
+
+
+def _dodges(chart: Chart, s: _Scale) -> dict[str, float]:
+    """How far right each line is drawn: 0, or :data:`DODGE` more than each earlier line whose points it lies on
+    (at half or more of the sessions both have, within 2 px)."""
+    out: dict[str, float] = {}
+    ys = [{p.x: s.y(p.median) for p in line.points} for line in chart.lines]
+    for j, line in enumerate(chart.lines):
+        shift = 0.0
+        for i in range(j):
+            common = ys[i].keys() & ys[j].keys()
+            if common and 2 * sum(abs(ys[i][x] - ys[j][x]) < 2 for x in common) >= len(common):
+                shift = max(shift, out[chart.lines[i].name] + DODGE)
+        out[line.name] = shift
     return out
 
 
-#: The width of a character of a label, in user units (11 px sans-serif), for placing labels apart.
-_CHAR_W = 6.2
+def _same_as(chart: Chart, dodges: dict[str, float]) -> dict[str, str]:
+    """For each line drawn to the right, the legend's note: ``same values as device: drawn 3 px right``."""
+    notes = {}
+    for j, line in enumerate(chart.lines):
+        if dodges[line.name]:
+            under = next(other.name for other in chart.lines[:j] if dodges[other.name] < dodges[line.name])
+            notes[line.name] = f"same values as {under}: drawn {dodges[line.name]:g} px right"
+    return notes
 
 
-class _Labels:
-    """Places text labels so that none overlaps another: the first free row above (then below) the anchor."""
-
-    def __init__(self, s: _Scale) -> None:
-        self.s = s
-        self.boxes: list[tuple[float, float, float]] = []  # (x0, x1, baseline y)
-
-    def free(self, x0: float, x1: float, y: float) -> bool:
-        return all(x1 < a or x0 > b or abs(y - by) >= 12 for a, b, by in self.boxes)
-
-    def place(self, x: float, y: float, text: str) -> tuple[float, float, str]:
-        """(x, baseline y, text-anchor) of a label of ``text`` beside the point (x, y)."""
-        width = _CHAR_W * len(text)
-        right = x + 8 + width <= self.s.x1
-        x0, x1 = (x + 8, x + 8 + width) if right else (x - 8 - width, x - 8)
-        rows = [y - 10 - 13 * k for k in range(20)] + [y + 20 + 13 * k for k in range(20)]
-        inside = [r for r in rows if self.s.y1 + 10 <= r <= self.s.y0 - 3]
-        ty = next((r for r in inside if self.free(x0, x1, r)), inside[0] if inside else y - 10)
-        self.boxes.append((x0, x1, ty))
-        return (x + 8, ty, "start") if right else (x - 8, ty, "end")
+def _boundary_line(s: _Scale, b: Boundary) -> tuple[float, _Box]:
+    """The x of a boundary's line, half way between the sessions either side, and the box no label may cross: from
+    4 units above the plot (pointing at its label) to the plot's bottom."""
+    x = s.x(b.x - 0.5)
+    return x, _Box(x - 1, s.y1 - 4, x + 1, s.y0)
 
 
-def _markers(chart: Chart, s: _Scale) -> list[str]:
-    """Each change point: a triangle (up: slower, down: faster) and a text label placed clear of the others'; grey
-    where acknowledged."""
+def _boundaries(chart: Chart, s: _Scale, placer: _Placer, key: _Key) -> list[str]:
+    """A vertical line between the last session of a machine class and the first of the next, with its label in
+    one of the two rows above the plot (or its number there, the label in the key)."""
     out = []
-    labels = _Labels(s)
-    for m in chart.markers:
-        x, y = s.x(m.x), s.y(m.y)
+    area = _Box(0, 0, WIDTH, s.y1)
+    rows = (s.y1 - 5, s.y1 - 5 - ROW)
+    for b in chart.boundaries:
+        x, _ = _boundary_line(s, b)
+        sides = [(x + 3, "start"), (x - 3, "end")]
+        if x > (s.x0 + s.x1) / 2:  # the label runs away from the nearer edge first
+            sides.reverse()
+        candidates = [(tx, ty, anchor) for ty in rows for tx, anchor in sides]
+        text = b.label
+        spot = placer.place(text, candidates, area)
+        if spot is None:
+            text = key.add(b.label, b.detail)
+            spot = placer.place(text, candidates, area)
+        label = ""
+        if spot is not None:
+            tx, ty, anchor = spot
+            label = (f'<text x="{_f(tx)}" y="{_f(ty)}" text-anchor="{anchor}" class="boundary-label">'
+                     f"{escape(text)}</text>")
+        out.append(f'<g class="boundary"><title>{escape(b.detail)}</title>'
+                   f'<line x1="{_f(x)}" x2="{_f(x)}" y1="{s.y1 - 4}" y2="{s.y0}" stroke="#444" stroke-width="1.2" '
+                   f'stroke-dasharray="6 2 1 2"/>{label}</g>')
+    return out
+
+
+def _label_spots(x: float, y: float, s: _Scale, rows: int) -> list[tuple[float, float, str]]:
+    """Where a change point's label may go, nearest first: rows above and below the marker, right and left."""
+    right_first = x < (s.x0 + s.x1) / 2 or x + 8 + 60 <= s.x1
+    sides = [(x + 8, "start"), (x - 8, "end")] if right_first else [(x - 8, "end"), (x + 8, "start")]
+    levels = sorted([y - 10 - ROW * k for k in range(rows)] + [y + 20 + ROW * k for k in range(rows)],
+                    key=lambda ty: (abs(ty - y + 4), ty))
+    return [(tx, ty, anchor) for ty in levels for tx, anchor in sides]
+
+
+def _markers(chart: Chart, s: _Scale, dodges: dict[str, float], placer: _Placer, key: _Key) -> list[str]:
+    """Each change point: a triangle (up: slower, down: faster) and a text label placed clear of every other label,
+    marker and boundary line (else its number there and the label in the key); grey where acknowledged."""
+    at = [(s.x(m.x) + dodges.get(m.line, 0.0), s.y(m.y)) for m in chart.markers]
+    placer.taken.extend(_Box(x - 7, y - 7.5, x + 7, y + 7.5) for x, y in at)
+    area = _Box(s.x0 + 1, s.y1 + 1, s.x1 - 1, s.y0 - 1)
+    everywhere = math.ceil(PLOT_H / ROW)
+    out = []
+    for m, (x, y) in zip(chart.markers, at, strict=True):
         colour = GREY if m.acked else ("#b2182b" if m.slower else "#2166ac")
         cls = "changepoint acked" if m.acked else "changepoint"
         attrs = f'class="{cls}" fill="{colour}" stroke="#000" stroke-width="0.8"'
-        tx, ty, anchor = labels.place(x, y, m.label)
         shape = _shape("triangle" if m.slower else "down", x, y, 6, attrs, m.detail)
+        text = m.label
+        spot = placer.place(text, _label_spots(x, y, s, _NEAR_ROWS), area)
+        if spot is None:
+            text = key.add(m.label, m.detail)
+            spot = placer.place(text, _label_spots(x, y, s, everywhere), area)
+        if spot is None:  # not even a number fits: the marker's tooltip and the key say it
+            out.append(f'<g class="changepoint-group">{shape}</g>')
+            continue
+        tx, ty, anchor = spot
         ink = "#666" if m.acked else "#000"
         if abs(ty - (y - 10)) > 1:  # a label moved clear of the others: a leader line to its marker
             shape += (f'<line x1="{_f(x)}" y1="{_f(y)}" x2="{_f(tx)}" y2="{_f(ty - 4)}" stroke="{ink}" '
                       'stroke-width="0.5" stroke-dasharray="1 2"/>')
         out.append(f'<g class="changepoint-group">{shape}<text x="{_f(tx)}" y="{_f(ty)}" text-anchor="{anchor}" '
-                   f'fill="{ink}" class="changepoint-label">{escape(m.label)}</text></g>')
+                   f'fill="{ink}" class="changepoint-label">{escape(text)}</text></g>')
     return out
 
 
-def _legend(chart: Chart) -> list[str]:
-    """One entry per mode: a stretch of its dashed line with its marker, and its name; then the change point key."""
+class _Flow:
+    """Lays entries left to right from ``x0``, a new row (``step`` lower) where one would cross the right edge; an
+    entry wider than the chart still goes first on a row of its own."""
+
+    def __init__(self, x0: float, y: float, step: float) -> None:
+        self.x0, self.x, self.y, self.step = x0, x0, y, step
+
+    def at(self, width: float) -> tuple[float, float]:
+        """Where an entry ``width`` wide goes: after the one before on its row, or first on the next row."""
+        if self.x > self.x0 and self.x + width > WIDTH - 4:
+            self.x, self.y = self.x0, self.y + self.step
+        spot = self.x, self.y
+        self.x += width
+        return spot
+
+
+def _legend(chart: Chart, s: _Scale, notes: dict[str, str]) -> tuple[list[str], float]:
+    """One entry per mode: a stretch of its dashed line with its marker, and its name (and where it is drawn
+    offset, why); the hollow marker's meaning where a session is left out; the change point key. Its last row's y."""
     out = ['<g class="legend">']
-    x, y = LEFT, HEIGHT - 14
+    flow = _Flow(s.x0, s.y0 + 54, ROW + 4)
     for line in chart.lines:
         colour, dash, shape = _style(line.style)
-        dash_attr = f' stroke-dasharray="{dash}"' if dash else ""
-        out.append(f'<line x1="{x}" x2="{x + 28}" y1="{y}" y2="{y}" stroke="{colour}" stroke-width="1.6"{dash_attr}/>')
+        name = line.name + (f" ({notes[line.name]})" if line.name in notes else "")
+        x, y = flow.at(33 + text_width(name) + 14)
+        out.append(f'<line x1="{_f(x)}" x2="{_f(x + 28)}" y1="{_f(y)}" y2="{_f(y)}" stroke="{colour}" '
+                   f'stroke-width="1.6"{_dash(dash)}/>')
         out.append(_shape(shape, x + 14, y, 3.5, f'fill="{colour}" stroke="#fff" stroke-width="0.8"'))
-        out.append(f'<text x="{x + 33}" y="{y}" dominant-baseline="middle">{escape(line.name)}</text>')
-        x += 45 + 7 * len(line.name)
+        out.append(f'<text x="{_f(x + 33)}" y="{_f(y)}" dominant-baseline="middle" class="legend-label">'
+                   f"{escape(name)}</text>")
+    if any(p.left_out for line in chart.lines for p in line.points):
+        text = "hollow ring: left out of change points"
+        x, y = flow.at(14 + text_width(text) + 14)
+        out.append(_left_out_mark("circle", x + 6, y, GREY, cls="legend-ring"))
+        out.append(f'<text x="{_f(x + 14)}" y="{_f(y)}" dominant-baseline="middle" class="legend-label">{text}</text>')
     if chart.markers:
+        text = "change point (▼ faster; grey: acknowledged)"
+        x, y = flow.at(14 + text_width(text) + 14)
         out.append(_shape("triangle", x + 6, y, 5, 'fill="#b2182b" stroke="#000" stroke-width="0.8"'))
-        out.append(f'<text x="{x + 14}" y="{y}" dominant-baseline="middle">change point (▼ faster; grey: '
-                   "acknowledged)</text>")
+        out.append(f'<text x="{_f(x + 14)}" y="{_f(y)}" dominant-baseline="middle" class="legend-label">{text}</text>')
     out.append("</g>")
-    return out
+    return out, flow.y
+
+
+def _key(key: _Key, s: _Scale, y: float) -> tuple[list[str], float]:
+    """The numbered key's entries from baseline ``y`` on (nothing where it is empty), and the last row's y."""
+    if not key.entries:
+        return [], y - ROW
+    out = ['<g class="key">']
+    flow = _Flow(s.x0, y, ROW)
+    for number, label, detail in key.entries:
+        text = f"{number} {label}"
+        x, ty = flow.at(text_width(text) + 16)
+        out.append(f'<text x="{_f(x)}" y="{_f(ty)}" class="key-entry"><title>{escape(detail)}</title>'
+                   f"{escape(text)}</text>")
+    out.append("</g>")
+    return out, flow.y
 
 
 def series_chart(chart: Chart) -> str:
     """The chart as an inline ``<svg>`` (no ``xmlns`` needed inside HTML), ``role="img"`` labelled by its title and
-    description."""
+    description; as tall as its legend and key need."""
     lo, hi = _range(chart)
-    s = _Scale(len(chart.x_labels), lo, hi)
+    ticks = nice_ticks(lo, hi)
+    s = _Scale(len(chart.x_labels), lo, hi, _left(ticks))
+    dodges = _dodges(chart, s)
+    placer, key = _Placer(), _Key()
+    placer.taken.extend(_boundary_line(s, b)[1] for b in chart.boundaries)
+    drawn = [*_axes(chart, s, ticks), *_boundaries(chart, s, placer, key)]
+    for line in chart.lines:
+        drawn.extend(_line(line, chart, s, dodges[line.name]))
+    drawn.extend(_markers(chart, s, dodges, placer, key))
+    legend, last = _legend(chart, s, _same_as(chart, dodges))
+    keyed, last = _key(key, s, last + ROW + 6)
+    height = math.ceil(last + 14)
     ident = escape(chart.ident)
-    parts = [
+    head = [
         f'<svg class="chart" id="{ident}" role="img" aria-labelledby="{ident}-t {ident}-d" '
-        f'viewBox="0 0 {WIDTH} {HEIGHT}" width="{WIDTH}" height="{HEIGHT}" font-size="11" '
+        f'viewBox="0 0 {WIDTH} {height}" width="{WIDTH}" height="{height}" font-size="{FONT:g}" '
         'font-family="system-ui, sans-serif">',
         f'<title id="{ident}-t">{escape(chart.title)}</title><desc id="{ident}-d">{escape(chart.desc)}</desc>',
-        *_axes(chart, s),
-        *_boundaries(chart, s),
     ]
-    for line in chart.lines:
-        parts.extend(_line(line, chart, s))
-    parts.extend(_markers(chart, s))
-    parts.extend(_legend(chart))
-    parts.append("</svg>")
-    return "\n".join(parts)
+    return "\n".join([*head, *drawn, *legend, *keyed, "</svg>"])
 
 
 def sparkline(values: Sequence[float], marks: Sequence[int] = (), *, label: str, width: int = 120,
-              height: int = 24) -> str:
+              height: int = 24, left_out: Sequence[int] = ()) -> str:
     """A small line of ``values`` (thinned to about two points a pixel) with a dot at each index in ``marks``
-    (change points), ``role="img"`` with ``label`` as its accessible name."""
+    (change points) and a hollow dot at each in ``left_out`` (sessions that do not count, off the line),
+    ``role="img"`` with ``label`` as its accessible name."""
     tip = f"<title>{escape(label)}</title>"
     head = (f'<svg class="spark" role="img" aria-label="{escape(label)}" viewBox="0 0 {width} {height}" '
             f'width="{width}" height="{height}">{tip}')
     if not values:
         return head + "</svg>"
-    pts = thin([Point(i, v, 0.0) for i, v in enumerate(values)], frozenset(marks), limit=2 * width)
+    out_of = set(left_out)
+    counted = [Point(i, v, 0.0) for i, v in enumerate(values) if i not in out_of]
+    pts = thin(counted or [Point(i, v, 0.0) for i, v in enumerate(values)], frozenset(marks), limit=2 * width)
     lo, hi = min(values), max(values)
     span = (hi - lo) or abs(hi) or 1.0
     n = max(len(values) - 1, 1)
@@ -366,5 +589,8 @@ def sparkline(values: Sequence[float], marks: Sequence[int] = (), *, label: str,
     coords = " ".join(",".join(xy(p.x, p.median)) for p in pts)
     dots = "".join(f'<circle class="spark-cp" cx="{xy(i, values[i])[0]}" cy="{xy(i, values[i])[1]}" r="2.2" '
                    'fill="#b2182b"/>' for i in marks if 0 <= i < len(values))
+    hollow = "".join(f'<circle class="spark-left-out" cx="{xy(i, values[i])[0]}" cy="{xy(i, values[i])[1]}" '
+                     'r="1.8" fill="#fff" stroke="#0072B2" stroke-width="0.8"/>'
+                     for i in sorted(out_of) if 0 <= i < len(values))
     return (head + f'<polyline class="mark" points="{coords}" fill="none" stroke="#0072B2" stroke-width="1.2"/>'
-            + dots + "</svg>")
+            + dots + hollow + "</svg>")

@@ -491,7 +491,7 @@ def _short_runs(flags: np.ndarray, longest: int) -> np.ndarray:
     """``flags`` with every run of more than ``longest`` consecutive True cleared (a run that long is a segment
     of its own, an excursion the change points judge, not outliers)."""
     edges = np.diff(np.concatenate(([0], flags.astype(np.int8), [0])))
-    out = flags.copy()
+    out: np.ndarray = flags.copy()
     for start, end in zip(np.flatnonzero(edges == 1).tolist(), np.flatnonzero(edges == -1).tolist(), strict=True):
         if end - start > longest:
             out[start:end] = False
@@ -548,7 +548,8 @@ def _newest_disagreeing(logs: np.ndarray, in_newest: np.ndarray, before: np.ndar
     far[int(np.argmin(dev))] = False
     if np.ptp(logs[idx]) <= spread[idx[0]]:  # the sessions agree: a step (or none), not outliers
         return np.empty(0, dtype=np.intp)
-    return idx[far]
+    chosen: np.ndarray = idx[far]
+    return chosen
 
 
 @dataclass(frozen=True)
