@@ -173,6 +173,7 @@ class StoreErrorKind(str, Enum):
 
     BAD_URL = "bad_url"  # the URL names no store this pytest-jetmem can open
     CANNOT_OPEN = "cannot_open"  # the file or server cannot be opened or reached
+    NOT_FOUND = "not_found"  # no store there yet: nothing has been stored there
     READ_ONLY = "read_only"  # the store can be read but not written
     CORRUPT = "corrupt"  # not a database, or not a pytest-jetmem store
     NEWER = "newer"  # written by a newer pytest-jetmem (a schema version this one does not know)

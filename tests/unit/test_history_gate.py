@@ -255,3 +255,35 @@ def test_reading_commands_never_migrate_and_upgrade_does(tmp_path: Path) -> None
             str(SCHEMA_VERSION),)
     code, text = run("history", "upgrade", "--store", str(copy))
     assert code == 0 and "already at schema version" in text
+
+
+def test_a_damaged_measurement_is_one_line_in_every_command_and_in_the_compare(
+    history: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import zlib
+
+    from pytest_jetmem.errors import BaselineError
+    from pytest_jetmem.history.reference import reference_baseline
+
+    with closing(sqlite3.connect(history)) as conn, conn:
+        conn.execute("UPDATE jetmem_measurements SET samples = ?, record = ?",
+                     (b"\x78\x9c garbage", zlib.compress(b"[1, 2]")))
+    for argv in (["export", "--format", "bmf"], ["fleet"], ["publish", str(tmp_path / "site")]):
+        code, _ = run("history", *argv, "--store", str(history))
+        err = capsys.readouterr().err
+        assert code == 4, argv
+        assert "a damaged measurement in session session-" in err and "Traceback" not in err, err
+    with pytest.raises(BaselineError, match="--jetmem-store: a damaged measurement in session"):
+        reference_baseline(str(history), "--jetmem-store", "main", UPGRADED, 10, base=tmp_path)
+
+
+def test_a_0_ms_measurement_is_shown_left_out_and_breaks_no_view(history: Path, tmp_path: Path) -> None:
+    with open_store(str(history)) as store:
+        store.add(_rerun(session(40, step_at=0, step=0.0), "zero"))  # a measurement too short to time: 0 ms
+    code, text = run("history", "regressions", "--store", str(history))
+    assert code == 1 and text.startswith("branch main: 24 change point(s)")
+    code, shown = run("history", "show", "test_2[device]", "--store", str(history))
+    assert code == 0 and sum("(0 ms: left out)" in line for line in shown.splitlines()) == 1
+    for argv in (["export", "--format", "otava"], ["fleet"], ["publish", str(tmp_path / "site")]):
+        code, _ = run("history", *argv, "--store", str(history))
+        assert code == 0, argv

@@ -134,7 +134,7 @@ def test_a_failed_migration_leaves_the_store_as_it_was(tmp_path: Path) -> None:
 def test_opening_for_reading_needs_a_store(tmp_path: Path) -> None:
     with pytest.raises(StoreError, match="no such store") as info:
         open_store(str(tmp_path / "none.sqlite"), create=False)
-    assert info.value.kind is StoreErrorKind.CANNOT_OPEN
+    assert info.value.kind is StoreErrorKind.NOT_FOUND
     assert not (tmp_path / "none.sqlite").exists()
 
 

@@ -69,15 +69,18 @@ def reference_baseline(
     try:
         store = open_store(url, base, create=False)
     except StoreError as exc:
-        if exc.kind is StoreErrorKind.CANNOT_OPEN and "no such store" in exc.reason:
+        if exc.kind is StoreErrorKind.NOT_FOUND:
             raise BaselineNotFound(exc.url, f"{source}: {exc.reason}") from None
         raise BaselineError(exc.url, f"{source}: {exc.reason}") from None
     with store:
         if machine is None:
             raise BaselineNotFound(store.url, "this machine has no GPU: no machine class to compare within")
-        rows = reference_sessions(store, branch, machine, window)
-        if not rows:
-            raise BaselineNotFound(store.url, _why_none(store, branch, machine))
-        entries = _entries([(row.uid, store.records(row.id)) for row in rows])
+        try:
+            rows = reference_sessions(store, branch, machine, window)
+            if not rows:
+                raise BaselineNotFound(store.url, _why_none(store, branch, machine))
+            entries = _entries([(row.uid, store.records(row.id)) for row in rows])
+        except StoreError as exc:  # a damaged measurement, a server gone mid-read
+            raise BaselineError(exc.url, f"{source}: {exc.reason}") from None
     newest = rows[-1]
     return Baseline(name=branch, created=newest.stored, session=newest.uid, machine=newest.machine, entries=entries)
