@@ -30,7 +30,7 @@ from pytest_jetmem.history.analysis import changes
 from pytest_jetmem.history.context import SessionContext
 from pytest_jetmem.history.fleet import fleet_matrix
 from pytest_jetmem.history.model import StoredSession
-from pytest_jetmem.history.site import MARKER, page_name, publish
+from pytest_jetmem.history.site import LIST_LEFT_OUT, MARKER, page_name, publish
 from pytest_jetmem.history.store import Store, open_store
 from pytest_jetmem.history.svg import MAX_POINTS, Point, nice_ticks, sparkline, thin
 
@@ -511,6 +511,21 @@ def test_include_dirty_counts_the_sessions_of_uncommitted_changes(tmp_path: Path
     assert not [r for r in rings if "uncommitted changes" in r]  # they count: judged as any session
     assert [r for r in rings if commit_of(OUTLIER)[:10] in r] == [r for r in rings if r.startswith("zero_copy")
                                                                    and commit_of(OUTLIER)[:10] in r] != []
+
+
+def test_a_long_list_of_sessions_left_out_is_cut_and_counted(tmp_path: Path) -> None:
+    with open_store(str(tmp_path / "h.sqlite")) as store:
+        for seed in range(30):
+            plain = session(seed, tests=1)
+            store.add(replace(plain, context=replace(plain.context, dirty=True)))
+        publish(store, tmp_path / "site", branch="main")
+    page = parse(tmp_path / "site" / page_name("tests/test_k.py::test_0"))
+    (listed,) = page.all("ul", "left-out")
+    items = [li.content() for li in listed.all("li")]
+    assert len(items) == LIST_LEFT_OUT + 1 and items[-1] == f"and {3 * 30 - LIST_LEFT_OUT} more"
+    assert "left out of change points (hollow rings), 90:" in page.content()
+    chart = _chart(page)
+    assert len(chart.all("g", "left-out")) == 90 and len(chart.all("polyline", "line")) == len(MODES)
 
 
 def test_identical_series_are_both_visible_and_the_legend_says_so(crowded: Path) -> None:

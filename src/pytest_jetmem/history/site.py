@@ -375,13 +375,12 @@ LIST_LEFT_OUT = 25
 def _left_out_list(tracks: Sequence[_Track], data: _Data, repo_url: str | None) -> str:
     """The sessions of a chart left out of change points (its hollow rings): mode, commit, start, median and why;
     ``""`` where none is."""
-    items = [(data.place[data.rows[p].uid], t.key.mode or "-", p, m, note) for t in tracks
-             for p, m, note in zip(t.places, t.medians, t.notes, strict=True) if note]
+    items = sorted((p, t.key.mode or "-", m, note) for t in tracks
+                   for p, m, note in zip(t.places, t.medians, t.notes, strict=True) if note)
     if not items:
         return ""
-    items.sort(key=lambda item: (item[0], item[1]))
     lines = [f"<li>{escape(mode)}, {_commit(data.rows[p], repo_url)} {escape(data.rows[p].started[:16])}: "
-             f"{m:.4g} ms: {escape(note)}</li>" for _, mode, p, m, note in items[:LIST_LEFT_OUT]]
+             f"{m:.4g} ms: {escape(note)}</li>" for p, mode, m, note in items[:LIST_LEFT_OUT]]
     if len(items) > LIST_LEFT_OUT:
         lines.append(f"<li>and {len(items) - LIST_LEFT_OUT} more</li>")
     return (f'<p class="note">Sessions left out of change points (hollow rings), {len(items)}:</p>\n'
