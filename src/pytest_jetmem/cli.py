@@ -358,7 +358,7 @@ def _ack(args: argparse.Namespace, out: TextIO) -> int:
 def _import(args: argparse.Namespace, out: TextIO) -> int:
     from pytest_jetmem.history.imports import import_source
     from pytest_jetmem.history.locate import choose_store
-    from pytest_jetmem.history.store import parse_location
+    from pytest_jetmem.history.location import parse_location
 
     choice = choose_store(args.store, Path.cwd())
     try:

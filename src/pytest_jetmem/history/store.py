@@ -24,19 +24,17 @@ import json
 import math
 import os
 import random
-import re
 import sqlite3
 import sys
 import time
 import urllib.parse
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from pytest_jetmem.errors import StoreError, StoreErrorKind
 from pytest_jetmem.history.codec import pack_record, pack_samples, unpack_record, unpack_samples
 from pytest_jetmem.history.context import SessionContext, utc_iso
+from pytest_jetmem.history.location import Location, hidden, parse_location
 from pytest_jetmem.history.model import Ack, Reported, SeriesKey, SessionRow, StoredSession
 from pytest_jetmem.history.schema import DIALECTS, MIGRATIONS, SCHEMA_VERSION, Dialect
 from pytest_jetmem.machine.fingerprint import Machine
@@ -65,110 +63,7 @@ _RETRIED = frozenset({"40P01", "40001"})
 #: SQLite's primary result codes this module tells apart (``sqlite_errorcode & 0xff``).
 _SQLITE_PERM, _SQLITE_BUSY, _SQLITE_LOCKED, _SQLITE_READONLY, _SQLITE_CORRUPT, _SQLITE_NOTADB = 3, 5, 6, 8, 11, 26
 #: The parameters of a libpq connection URI's query (after ``?``): what tells a query from a password holding ``?``.
-_LIBPQ_KEYWORDS = (
-    "host", "hostaddr", "port", "dbname", "user", "password", "passfile", "require_auth", "channel_binding",
-    "connect_timeout", "client_encoding", "options", "application_name", "fallback_application_name", "keepalives",
-    "keepalives_idle", "keepalives_interval", "keepalives_count", "tcp_user_timeout", "replication", "gssencmode",
-    "sslmode", "sslnegotiation", "sslcompression", "sslcert", "sslkey", "sslpassword", "sslcertmode", "sslrootcert",
-    "sslcrl", "sslcrldir", "sslsni", "requirepeer", "ssl_min_protocol_version", "ssl_max_protocol_version",
-    "krbsrvname", "gsslib", "gssdelegation", "service", "target_session_attrs", "load_balance_hosts",
-)  # fmt: skip
-#: A URL's scheme and separator, also a malformed one (``postgres//``, ``postgresql:/``): a password may follow.
-_URL_HEAD = re.compile(r"\s*[A-Za-z][A-Za-z0-9+.-]*(?::/*|//+)")
-#: What a URL without userinfo has before its query: hosts with numeric ports (IPv6 in brackets), then the database.
-_HOSTS = re.compile(r"(?:\[[^\]]*\]|[^@/:?\[]*)(?::\d*)?(?:,(?:\[[^\]]*\]|[^@/:?\[]*)(?::\d*)?)*(?:/[^@]*)?")
-_QUERY_START = re.compile(r"\?(?:" + "|".join(_LIBPQ_KEYWORDS) + r")=")
-_QUERY_SECRET = re.compile(r"[?&](?:ssl)?password=(?P<value>[^&]*)", re.IGNORECASE)
-_KEYWORD_SECRET = re.compile(r"(?:^|\s)(?:ssl)?password\s*=\s*(?P<value>(?:'(?:[^'\\]|\\.)*'?)?\S*)", re.IGNORECASE)
-_KEYWORD_DSN = re.compile(r"\s*(?:host|hostaddr|port|dbname|user|password|service)\s*=", re.IGNORECASE)
-#: A known scheme not followed by ``://``: ``postgres//host/db``, ``postgresql:/host/db``, ``sqlite:/x``.
-_MALFORMED = re.compile(r"(postgresql|postgres|sqlite)(?::(?!//)|//)", re.IGNORECASE)
 _GONE = "the store is gone (it existed when the session started)"
-
-
-@dataclass(frozen=True)
-class Location:
-    """Where a store is: ``kind`` "sqlite" (``path``) or "postgresql" (``dsn``); ``shown`` is what messages say."""
-
-    kind: str
-    shown: str
-    path: Path | None = None
-    dsn: str | None = None
-
-
-def _secret_spans(url: str) -> list[tuple[int, int]]:
-    """Where the passwords in ``url`` are, as (start, end): a URL's userinfo password (from the first ``:`` after
-    ``://`` to the last ``@`` before the host, so raw ``/``, ``@`` and ``:`` in it are inside), its ``password=``
-    and ``sslpassword=`` query parameters; in a libpq keyword string, its ``password=`` values."""
-    head = _URL_HEAD.match(url)
-    if head is None:
-        return [m.span("value") for m in _KEYWORD_SECRET.finditer(url)]
-    start = head.end()
-    rest = url[start:]
-    query = _QUERY_START.search(rest)
-    main = rest[: query.start()] if query else rest
-    at = main.rfind("@")
-    if at < 0 and not _HOSTS.fullmatch(main):  # what looked like a query is in the password ("u:p?port=1@host")
-        at = rest.rfind("@")
-    spans = []
-    colon = rest.find(":", 0, at) if at > 0 else -1
-    if colon >= 0:
-        spans.append((start + colon + 1, start + at))
-    after = start + max(at + 1, 0)
-    spans.extend((after + m.start("value"), after + m.end("value")) for m in _QUERY_SECRET.finditer(url[after:]))
-    return spans
-
-
-def _masked(url: str) -> str:
-    """``url`` with every password in it (:func:`_secret_spans`) replaced by ``***``."""
-    for begin, end in sorted(_secret_spans(url), reverse=True):
-        url = url[:begin] + "***" + url[end:]
-    return url
-
-
-def _hidden(text: str, url: str) -> str:
-    """``text`` (a driver's message about ``url``) with the passwords of ``url``, as written and decoded, as ``***``."""
-    secrets = {url[b:e] for b, e in _secret_spans(url)}
-    secrets |= {urllib.parse.unquote(s) for s in secrets}
-    for secret in sorted(secrets - {""}, key=len, reverse=True):
-        text = text.replace(secret, "***")
-    return text
-
-
-def parse_location(text: str, base: str | os.PathLike[str] = ".") -> Location:
-    """Where ``text`` says the store is; a relative path is relative to ``base``. StoreError (BAD_URL) for an empty
-    value, a scheme other than sqlite and postgresql, a known scheme without its ``://`` (``postgres//host/db``,
-    ``postgresql:/host/db``) and a libpq keyword string; a password in ``text`` is never in a message."""
-    value = text.strip()
-    if not value:
-        raise StoreError(repr(text), "expected a path, sqlite:///PATH or postgresql://...", StoreErrorKind.BAD_URL)
-    malformed = _MALFORMED.match(value)
-    if malformed:
-        name = malformed.group(1).lower()
-        expected = ("sqlite:///relative/path or sqlite:////absolute/path" if name == "sqlite"
-                    else "postgresql://USER@HOST/DB")
-        name = "sqlite" if name == "sqlite" else "postgresql"
-        raise StoreError(_masked(value), f"looks like a {name} URL with a missing ':' or '/': expected {expected}",
-                         StoreErrorKind.BAD_URL)
-    if "://" not in value and _KEYWORD_DSN.match(value):
-        raise StoreError(_masked(value), "looks like a libpq keyword string: expected a URL, "
-                         "postgresql://USER@HOST/DB", StoreErrorKind.BAD_URL)
-    scheme = value.split("://", 1)[0].lower() if "://" in value else ""
-    if scheme in ("postgresql", "postgres"):
-        return Location("postgresql", _masked(value), dsn=value)
-    if scheme == "sqlite":
-        rest = value[len("sqlite://"):]
-        if not rest.startswith("/") or rest == "/":
-            raise StoreError(value, "expected sqlite:///relative/path or sqlite:////absolute/path",
-                             StoreErrorKind.BAD_URL)
-        value = rest[1:]
-    elif scheme:
-        raise StoreError(_masked(value), f"unknown store scheme {scheme!r}: expected a path, sqlite:///PATH or "
-                         "postgresql://USER@HOST/DB", StoreErrorKind.BAD_URL)
-    path = Path(value).expanduser()
-    if not path.is_absolute():
-        path = Path(base) / path
-    return Location("sqlite", str(path), path=path)
 
 
 class _Connection(Protocol):
@@ -233,7 +128,7 @@ def _connect_postgres(loc: Location) -> _Connection:
     try:
         conn: _Connection = psycopg.connect(dsn, connect_timeout=15)
     except psycopg.Error as exc:
-        raise StoreError(loc.shown, f"cannot connect: {_hidden(_first_line(exc), loc.dsn)}",
+        raise StoreError(loc.shown, f"cannot connect: {hidden(_first_line(exc), loc.dsn)}",
                          StoreErrorKind.CANNOT_OPEN) from None
     try:  # session settings (not LOCAL): they outlive this transaction
         conn.cursor().execute(
@@ -244,7 +139,7 @@ def _connect_postgres(loc: Location) -> _Connection:
     except psycopg.Error as exc:
         with contextlib.suppress(psycopg.Error):
             conn.close()
-        raise StoreError(loc.shown, f"cannot set its timeouts: {_hidden(_first_line(exc), loc.dsn)}",
+        raise StoreError(loc.shown, f"cannot set its timeouts: {hidden(_first_line(exc), loc.dsn)}",
                          StoreErrorKind.CANNOT_OPEN) from None
     return conn
 
@@ -314,7 +209,7 @@ class Store:
         """``exc`` (a database error) as a StoreError of its kind, told by SQLSTATE or SQLite's result code."""
         text = _first_line(exc)
         if self.location.dsn is not None:
-            text = _hidden(text, self.location.dsn)
+            text = hidden(text, self.location.dsn)
         if isinstance(exc, sqlite3.Error):
             code = _sqlite_code(exc)
             if code in (_SQLITE_READONLY, _SQLITE_PERM):
