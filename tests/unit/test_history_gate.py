@@ -287,3 +287,24 @@ def test_a_0_ms_measurement_is_shown_left_out_and_breaks_no_view(history: Path, 
     for argv in (["export", "--format", "otava"], ["fleet"], ["publish", str(tmp_path / "site")]):
         code, _ = run("history", *argv, "--store", str(history))
         assert code == 0, argv
+
+
+def test_the_compare_reference_leaves_dirty_sessions_out(tmp_path: Path) -> None:
+    from pytest_jetmem.errors import BaselineNotFound
+    from pytest_jetmem.history.reference import reference_baseline
+
+    path = str(tmp_path / "h.sqlite")
+    with open_store(path) as store:
+        for seed in range(6):
+            s = session(seed, step_at=0, step=2.0 if seed >= 4 else 1.0)
+            store.add(replace(s, context=replace(s.context, dirty=seed >= 4)))  # the two newest: edited, x2
+    base = reference_baseline(path, "--jetmem-store", "main", ORIN, 3, base=tmp_path)
+    assert base.session == "session-3"  # the newest clean one
+    entry = next(iter(base.entries.values()))
+    assert entry.run_sessions == ("session-1", "session-2", "session-3")
+    only_dirty = str(tmp_path / "d.sqlite")
+    with open_store(only_dirty) as store:
+        s = session(0)
+        store.add(replace(s, context=replace(s.context, dirty=True)))
+    with pytest.raises(BaselineNotFound, match="only sessions of trees with uncommitted changes"):
+        reference_baseline(only_dirty, "--jetmem-store", "main", ORIN, 3, base=tmp_path)

@@ -2,7 +2,8 @@
 
 The reference is the newest ``window`` sessions of the branch, in commit order, on this machine's class (the
 fingerprint: a driver, JetPack, power-mode or clock-locking change starts a new class by itself), each session
-one unit of noise as in a baseline file that sessions were appended to. GPU-free and pytest-free.
+one unit of noise as in a baseline file that sessions were appended to; a session of a tree with uncommitted
+changes is no reference (it measured code no commit holds), as in the change points. GPU-free and pytest-free.
 """
 
 from __future__ import annotations
@@ -20,8 +21,10 @@ __all__ = ["reference_baseline", "reference_sessions"]
 
 
 def reference_sessions(store: Store, branch: str, machine: Machine, window: int) -> list[SessionRow]:
-    """The newest ``window`` sessions of ``branch`` on ``machine``'s class, oldest first."""
-    return commit_order(store.sessions(branch=branch, machine_class=machine.machine_class))[-window:]
+    """The newest ``window`` sessions of ``branch`` on ``machine``'s class, oldest first, those of a tree with
+    uncommitted changes left out."""
+    rows = store.sessions(branch=branch, machine_class=machine.machine_class)
+    return commit_order(row for row in rows if not row.context.dirty)[-window:]
 
 
 def _why_none(store: Store, branch: str, machine: Machine) -> str:
@@ -29,6 +32,10 @@ def _why_none(store: Store, branch: str, machine: Machine) -> str:
     same_device = [s for s in store.sessions(branch=branch) if s.machine.device == machine.device]
     if not same_device:
         return f"no session of branch {branch!r} on {machine.device} in this store: nothing compared"
+    if all(s.context.dirty for s in same_device if s.machine.machine_class == machine.machine_class) and any(
+            s.machine.machine_class == machine.machine_class for s in same_device):
+        return (f"only sessions of trees with uncommitted changes of branch {branch!r} on this machine class "
+                f"({machine.machine_class}): they are no reference; nothing compared")
     newest = commit_order(same_device)[-1]
     changed = newest.machine.changes(machine) or newest.machine.mismatches(machine)
     return (f"no session of branch {branch!r} on this machine class ({machine.machine_class}) yet: its sessions on "
