@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import shutil
 import subprocess
 
 import pytest
@@ -67,3 +69,67 @@ def test_sessions_are_stored_compared_and_read_back(pytester: pytest.Pytester, g
     assert main(["history", "export", "--store", str(store), "--format", "bmf"], out=out) == 0
     gpu_results["history"] = {"sessions": len(rows), "device": rows[0].machine.device,
                               "machine_class": rows[0].machine.machine_class}
+
+
+GATED = """
+import os
+import pytest
+from pytest_jetmem import kernels
+
+REPS = int(open("reps.txt").read()) * float(os.environ.get("GATE_RERUN_FACTOR", "1"))
+
+@pytest.mark.memmode("device", "managed")
+def test_copy(jetmem):
+    a, b = jetmem.zeros(1 << 22), jetmem.zeros(1 << 22)
+    jetmem.measure(lambda: [kernels.stream(jetmem, "copy", a, b) for _ in range(int(REPS))], label="copies")
+"""
+
+
+def test_the_ci_gate_on_real_sessions_pushed_one_by_one(pytester: pytest.Pytester, gpu_results: dict) -> None:
+    """A user's kernel 5% slower from commit 9 of 18 (20 copies a call, then 21), every commit pushed alone and
+    followed by the docs' CI step (``regressions --new``), with a rerun of commit 5 at x1.5 (a throttled board):
+    the gate goes red once per mode, on the push that confirms the step (sessions of separate processes vary by
+    about 1% here, so a few commits after it), and the outlier changes nothing."""
+    pytester.makepyfile(test_g=GATED)
+    (pytester.path / ".gitignore").write_text(".jetmem/\n__pycache__/\n")
+    _git(pytester.path, "init", "-q", "-b", "main")
+    store = str(pytester.path / ".jetmem" / "history.sqlite")
+    red: dict[int, str] = {}
+    try:
+        _push_one_by_one(pytester, store, red)
+    finally:  # the store, for the results (benchmarks/results/...-history-gate-gpu)
+        if os.environ.get("JETMEM_KEEP_STORE"):
+            shutil.copyfile(store, os.environ["JETMEM_KEEP_STORE"])
+    out = io.StringIO()
+    assert main(["history", "regressions", "--store", store], out=out) == 1, out.getvalue()
+    final = out.getvalue()
+    assert red and all(10 <= push <= 17 for push in red), (red, final)  # confirmed by a later commit
+    reported = [line for text in red.values() for line in text.splitlines() if line.startswith("REGRESSION: ")]
+    assert sorted(line.split("::test_copy[", 1)[1][:7] for line in reported) == ["device]", "managed"]  # once each
+    assert all("cause: code" in line for line in reported)
+    out = io.StringIO()
+    assert main(["history", "show", "test_copy[device]", "--store", store], out=out) == 0
+    assert out.getvalue().count("(outlier: left out)") == 1, out.getvalue()
+    gpu_results["history_gate"] = {"red_pushes": sorted(red), "regressions": final.splitlines()}
+
+
+def _push_one_by_one(pytester: pytest.Pytester, store: str, red: dict[int, str]) -> None:
+    """Commits 0..17 (21 copies a call from commit 9), each stored by a session and followed by ``regressions
+    --new`` (its output kept in ``red`` where it failed); commit 5 run twice, the second time at x1.5."""
+    for i in range(18):
+        (pytester.path / "reps.txt").write_text("21" if i >= 9 else "20")
+        _git(pytester.path, "add", "test_g.py", "reps.txt", ".gitignore")  # not pytester's runpytest-N folders
+        _git(pytester.path, "commit", "-q", "--allow-empty", "-m", f"c{i}")
+        result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--jetmem-store")
+        result.assert_outcomes(passed=2)
+        if i == 5:
+            os.environ["GATE_RERUN_FACTOR"] = "1.5"
+            try:
+                pytester.runpytest_subprocess("-p", "no:cacheprovider", "--jetmem-store").assert_outcomes(passed=2)
+            finally:
+                del os.environ["GATE_RERUN_FACTOR"]
+        out = io.StringIO()
+        code = main(["history", "regressions", "--store", store, "--new"], out=out)
+        assert code in (0, 1)
+        if code:
+            red[i] = out.getvalue()
