@@ -462,7 +462,7 @@ def _publish(args: argparse.Namespace, out: TextIO) -> int:
         branch = _branch(args, store)
         try:
             pages = publish(store, Path(args.directory), branch=branch, repo_url=_repo_url(args.repo_url),
-                            progress=_progress)
+                            progress=_progress, include_dirty=args.include_dirty, chain=_chain(branch))
         except (OSError, ValueError) as exc:
             raise _UsageError(f"publish {args.directory}: {exc}") from None
     out.write(f"published {len(pages)} file(s) of branch {branch or '(all)'} in {args.directory}: open "
