@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import functools
 import math
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -477,14 +476,21 @@ def _commits(y: np.ndarray, logs: np.ndarray, runs: Sequence[tuple[int, int]], u
 def _side_medians(x: np.ndarray, reach: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """For each point: the median of the ``reach`` points before it and of the ``reach`` after it (NaN where there
     are none), and how many each holds."""
-    pad = np.full(reach, np.nan)
-    padded = np.concatenate((pad, x, pad))
-    windows = np.lib.stride_tricks.sliding_window_view(padded, reach)
-    before, after = windows[: x.size], windows[reach + 1: reach + 1 + x.size]
-    with np.errstate(all="ignore"), warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # an all-NaN window: no neighbours that side
-        return (np.nanmedian(before, axis=1), np.nanmedian(after, axis=1),
-                np.count_nonzero(~np.isnan(before), axis=1), np.count_nonzero(~np.isnan(after), axis=1))
+    n = x.size
+    counts = np.arange(n)
+    n_before, n_after = np.minimum(counts, reach), np.minimum(counts[::-1], reach)
+    before, after = np.full(n, np.nan), np.full(n, np.nan)
+    if n > reach:  # whole windows: one vectorised median each
+        windows = np.lib.stride_tricks.sliding_window_view(x, reach)
+        before[reach:] = np.median(windows[: n - reach], axis=1)
+        after[: n - reach] = np.median(windows[1:], axis=1)
+    for i in range(min(reach, n)):  # the first and last points, with fewer neighbours one side
+        if i > 0:
+            before[i] = np.median(x[:i])
+        j = n - 1 - i
+        if i > 0 and j >= 0:
+            after[j] = np.median(x[j + 1:])
+    return before, after, n_before, n_after
 
 
 def _short_runs(flags: np.ndarray, longest: int) -> np.ndarray:
