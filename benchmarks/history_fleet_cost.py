@@ -427,6 +427,20 @@ class _Clock:
 
         setattr(owner, attr, timed)
 
+    def wrap_property(self, owner: Any, attr: str, name: str) -> None:
+        getter = getattr(owner, attr).fget
+        clock = self
+
+        def timed(obj: Any) -> Any:
+            t = time.perf_counter()
+            try:
+                return getter(obj)
+            finally:
+                clock.spent[name] = clock.spent.get(name, 0.0) + time.perf_counter() - t
+                clock.calls[name] = clock.calls.get(name, 0) + 1
+
+        setattr(owner, attr, property(timed))
+
 
 def profile(url: str, work: Path, out_dir: Path, skip: Sequence[str] = (), label: str = "",
             use_cprofile: bool = False) -> dict[str, Any]:
@@ -445,6 +459,7 @@ def profile(url: str, work: Path, out_dir: Path, skip: Sequence[str] = (), label
     clock.wrap(analysis, "histories", "analysis.histories (store reads + loop + outliers)")
     clock.wrap(analysis, "commit_order", "model.commit_order")
     clock.wrap(fleet, "advise", "fleet: advise")
+    clock.wrap_property(Machine, "machine_class", "Machine.machine_class (JSON + SHA-256, not cached)")
     clock.wrap(site, "fleet_matrix", "site: fleet_matrix")
     clock.wrap(site, "histories", "analysis.histories (store reads + loop + outliers)")
     clock.wrap(site, "changes", "analysis.changes (acks + change points)")

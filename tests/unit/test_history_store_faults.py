@@ -206,6 +206,7 @@ def test_a_postgresql_store_of_version_2_is_read_as_it_is_and_a_writer_migrates_
         store.add(s)
     with psycopg.connect(url, autocommit=True) as conn:  # the store as pytest-jetmem with schema 2 left it
         conn.execute("DROP TABLE jetmem_reported")
+        conn.execute("DROP INDEX jetmem_measurements_points")  # version 4's
         conn.execute("UPDATE jetmem_meta SET value = '2' WHERE key = 'schema_version'")
     with open_store(url, create=False) as store:
         assert store.version == 2
@@ -310,6 +311,33 @@ def test_a_store_made_or_migrated_by_another_process_meanwhile_is_seen_under_the
     assert tables == TABLES
 
 
+def test_a_store_made_by_another_process_while_this_one_reads_the_version_is_not_called_foreign(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The version is read in one snapshot: another process that makes the store just after this one looked at
+    the empty file (1 of 16 processes starting together once read "no jetmem_meta table" and then "tables") does
+    not make it "not a pytest-jetmem store"."""
+    path = tmp_path / "h.sqlite"
+    real = Store._rows
+    made: list[str] = []
+
+    def then_the_other(self: Store, statement: str, *args: Any, **kwargs: Any) -> list[tuple[Any, ...]]:
+        rows = real(self, statement, *args, **kwargs)
+        if "sqlite_master" in statement and not made:
+            made.append(statement)
+            open_store(str(path)).close()  # the other process, right after this read
+        return rows
+
+    monkeypatch.setattr(Store, "_rows", then_the_other)
+    with open_store(str(path)) as store:
+        assert store.version == SCHEMA_VERSION
+    monkeypatch.undo()
+    assert made
+    meta, tables, _ = _meta_and_tables(path)
+    assert meta == [("schema_version", str(SCHEMA_VERSION))]
+    assert tables == TABLES
+
+
 # -- SQLite: reading never migrates; the table of reported change points -------------------------------------------
 def _version_2_store(path: Path, s: StoredSession) -> None:
     """A store as pytest-jetmem with schema version 2 left it, holding session ``s``."""
@@ -317,6 +345,7 @@ def _version_2_store(path: Path, s: StoredSession) -> None:
         store.add(s)
     with contextlib.closing(sqlite3.connect(path)) as conn, conn:
         conn.execute("DROP TABLE jetmem_reported")
+        conn.execute("DROP INDEX jetmem_measurements_points")  # version 4's
         conn.execute("UPDATE jetmem_meta SET value = '2' WHERE key = 'schema_version'")
 
 
@@ -332,7 +361,7 @@ def test_a_version_2_store_opened_for_reading_is_read_as_it_is_and_upgraded_on_r
         assert row.device_facts == s.device_facts
         assert len(store.records(row.id)) == len(s.records)
         with pytest.raises(StoreError, match=r"read-only: cannot store the session: opened for reading at schema "
-                                             r"version 2 \(this pytest-jetmem writes 3\)") as info:
+                                             rf"version 2 \(this pytest-jetmem writes {SCHEMA_VERSION}\)") as info:
             store.add(session(6))
         assert info.value.kind is StoreErrorKind.READ_ONLY
     assert path.read_bytes() == before

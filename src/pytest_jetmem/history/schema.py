@@ -20,6 +20,11 @@ Tables (``{id}``, ``{blob}``, ``{real}`` are the dialect's types: :data:`DIALECT
   (its ``uid`` and commit), the reason, who and when.
 - ``jetmem_reported`` (version 3): a change point already reported: the series, the device, the first session
   after the change (its ``uid`` and commit), the change in percent and when it was reported.
+
+Indexes beyond the keys: sessions by (branch, machine class) (``--jetmem-compare``'s read) and by commit;
+measurements by series; and (version 4) ``jetmem_measurements_points``, covering what
+:meth:`~pytest_jetmem.history.store.Store.points` reads, so that the read of every point (``regressions``,
+``publish``, ``fleet``) scans it alone, not the table with its samples and records (a tenth of the bytes).
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from dataclasses import dataclass
 
 __all__ = ["DIALECTS", "MIGRATIONS", "SCHEMA_VERSION", "Dialect", "Migration"]
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 
 @dataclass(frozen=True)
@@ -135,5 +140,15 @@ _V3 = (
     )""",
 )
 
+#: Version 4: an index that covers the points read (session, series, median, MAD, count): PostgreSQL reads it in an
+#: index-only scan and SQLite as a covering index, instead of the whole table (a fleet's 10 million measurements:
+#: 0.6 GB of index for 5.9 GB of table). Made in the migration's transaction (it blocks writers while it is made:
+#: about a minute at 10 million measurements); IF NOT EXISTS: an administrator may have made it already,
+#: CONCURRENTLY.
+_V4 = (
+    "CREATE INDEX IF NOT EXISTS jetmem_measurements_points ON jetmem_measurements "
+    "(session_id, series_id, median, mad, n)",
+)
+
 #: Every migration, from an empty database on; a new schema version appends one (never edits one).
-MIGRATIONS: tuple[Migration, ...] = (Migration(1, _V1), Migration(2, _V2), Migration(3, _V3))
+MIGRATIONS: tuple[Migration, ...] = (Migration(1, _V1), Migration(2, _V2), Migration(3, _V3), Migration(4, _V4))

@@ -304,19 +304,19 @@ class Store:
     # -- the schema ----------------------------------------------------------------------------------------------
     def schema_version(self) -> int | None:
         """The store's schema version; None for an empty database."""
-        try:
-            tables = self._rows(
-                "SELECT name FROM sqlite_master WHERE type = 'table' AND name = 'jetmem_meta'"
+        try:  # one statement, so one snapshot: another process may make the store between two reads
+            (meta, other), = self._rows(
+                "SELECT (SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'jetmem_meta'), "
+                "(SELECT count(*) FROM sqlite_master)"
                 if self._dialect.name == "sqlite"
-                else "SELECT table_name FROM information_schema.tables WHERE table_name = 'jetmem_meta'"
+                else "SELECT count(*), 0 FROM information_schema.tables WHERE table_name = 'jetmem_meta'"
             )
         except StoreError as exc:
             if exc.kind is StoreErrorKind.CANNOT_WRITE:  # a read that failed: say it as the open that failed
                 raise StoreError(self.url, f"cannot read it: {exc.reason}", StoreErrorKind.CANNOT_OPEN) from None
             raise
-        if not tables:
-            other = self._rows("SELECT count(*) FROM sqlite_master") if self._dialect.name == "sqlite" else [(0,)]
-            if other[0][0]:
+        if not meta:
+            if other:
                 raise StoreError(self.url, "a SQLite database, but not a pytest-jetmem store (no jetmem_meta table)",
                                  StoreErrorKind.CORRUPT)
             return None
