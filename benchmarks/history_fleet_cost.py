@@ -50,7 +50,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
-from pytest_jetmem.history import analysis, fleet, reference, site  # noqa: E402
+from pytest_jetmem.history import analysis, fleet, reference, site, timeline  # noqa: E402
 from pytest_jetmem.history.codec import pack_record, pack_samples  # noqa: E402
 from pytest_jetmem.history.context import SessionContext, utc_iso  # noqa: E402
 from pytest_jetmem.history.model import SeriesKey, StoredSession  # noqa: E402
@@ -427,44 +427,28 @@ class _Clock:
 
         setattr(owner, attr, timed)
 
-    def wrap_property(self, owner: Any, attr: str, name: str) -> None:
-        getter = getattr(owner, attr).fget
-        clock = self
-
-        def timed(obj: Any) -> Any:
-            t = time.perf_counter()
-            try:
-                return getter(obj)
-            finally:
-                clock.spent[name] = clock.spent.get(name, 0.0) + time.perf_counter() - t
-                clock.calls[name] = clock.calls.get(name, 0) + 1
-
-        setattr(owner, attr, property(timed))
-
 
 def profile(url: str, work: Path, out_dir: Path, skip: Sequence[str] = (), label: str = "",
             use_cprofile: bool = False) -> dict[str, Any]:
     """Where the time of ``regressions``, ``fleet`` and ``publish`` goes, in this process: each Store read, the
-    outlier marking and the change-point detection (analysis.outliers, analysis.analyse), the fleet's advice, the
+    outlier marking and the change-point detection (timeline.outliers, analysis.detections), the fleet's advice, the
     pages; with ``use_cprofile``, cProfile's top functions of ``regressions`` (profile-regressions-LABEL.txt; it
     slows the Python parts, so the times are then not the plain ones)."""
     out_dir = out_dir.resolve()
     from pytest_jetmem import cli
 
     clock = _Clock()
-    for meth in ("sessions", "series", "points", "records", "acks", "reported", "samples"):
+    for meth in ("branches", "sessions", "series", "points", "records", "acks", "reported", "samples"):
         clock.wrap(Store, meth, f"Store.{meth}")
-    clock.wrap(analysis, "outliers", "analysis: outliers (changepoints.outliers)")
-    clock.wrap(analysis, "analyse", "analysis: change points (changepoints.analyse)")
-    clock.wrap(analysis, "histories", "analysis.histories (store reads + loop + outliers)")
-    clock.wrap(analysis, "commit_order", "model.commit_order")
+    clock.wrap(timeline, "read_history", "timeline.read_history (store reads, grouping, outliers)")
+    clock.wrap(timeline, "outliers", "timeline: outliers (changepoints.outliers)")
+    clock.wrap(timeline, "commit_order", "model.commit_order")
+    clock.wrap(analysis, "detections", "analysis.detections (change points, in parallel)")
+    clock.wrap(analysis, "changes", "analysis.changes (detections + causes)")
+    clock.wrap(site, "changes", "analysis.changes (detections + causes)")
     clock.wrap(fleet, "advise", "fleet: advise")
-    clock.wrap_property(Machine, "machine_class", "Machine.machine_class (JSON + SHA-256, not cached)")
+    clock.wrap(fleet, "_newest_sources", "fleet: the newest sessions of 2+ modes")
     clock.wrap(site, "fleet_matrix", "site: fleet_matrix")
-    clock.wrap(site, "histories", "analysis.histories (store reads + loop + outliers)")
-    clock.wrap(site, "changes", "analysis.changes (acks + change points)")
-    clock.wrap(analysis, "changes", "analysis.changes (acks + change points)")
-    clock.wrap(site, "_load", "site: _load (histories + changes)")
     clock.wrap(site, "_write", "site: pages written")
     result: dict[str, Any] = {}
     cwd = Path.cwd()

@@ -27,9 +27,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from history_cost import make_session
 
-from pytest_jetmem.history.analysis import changes
+from pytest_jetmem.history.analysis import analysed, changes
 from pytest_jetmem.history.site import publish
 from pytest_jetmem.history.store import Store, open_store
+from pytest_jetmem.history.timeline import read_history
 
 
 def build(path: Path, commits: int, series: int) -> None:
@@ -38,7 +39,7 @@ def build(path: Path, commits: int, series: int) -> None:
     with open_store(str(path)) as store:
         for c in range(commits):
             store.add(make_session(c, series, 1))
-        for ch in changes(store, "main"):
+        for ch in changes(read_history(store, "main")):
             if ch.after.uid.endswith("-700") and zlib.crc32(ch.series.nodeid.encode()) % 2 == 0:
                 store.ack(ch.series, ch.device, ch.after.uid, ch.after.context.commit, "accepted: tiling change",
                           "bench")
@@ -48,7 +49,7 @@ def timed_publish(store: Store, out: Path) -> dict[str, float | int]:
     """One publish into ``out`` (replaced): its time, the time to its first page and the pages written."""
     marks: list[float] = []
     t = time.perf_counter()
-    pages = publish(store, out, branch="main", repo_url="https://github.com/example/project",
+    pages = publish(store, *analysed(read_history(store, "main")), out, repo_url="https://github.com/example/project",
                     progress=lambda done, total: marks.append(time.perf_counter() - t))
     return {"publish_s": time.perf_counter() - t, "prepare_s": marks[0], "files": len(pages)}
 
@@ -80,7 +81,7 @@ def main() -> None:
     with open_store(str(path), create=False) as store:
         runs = [timed_publish(store, site) for _ in range(args.repeat)]
         sessions, n_series, _ = store.counts()
-        found = changes(store, "main")
+        found = changes(read_history(store, "main"))
     result = {
         "commits": sessions,
         "series": n_series,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import getpass
 import io
 import math
@@ -22,9 +23,10 @@ from typing import TYPE_CHECKING, NoReturn, TextIO
 from pytest_jetmem.errors import BaselineError, RecordError, StoreError
 
 if TYPE_CHECKING:
-    from pytest_jetmem.history.analysis import Change, Series
+    from pytest_jetmem.history.analysis import Change
     from pytest_jetmem.history.model import SeriesKey, SessionRow
     from pytest_jetmem.history.store import Store
+    from pytest_jetmem.history.timeline import History, Series
     from pytest_jetmem.machine.fingerprint import Machine
 
     #: A change point's place in ``show``: its series, its device and the uid of its first session after.
@@ -139,7 +141,7 @@ def _open(args: argparse.Namespace, *, create: bool = False, write: bool = False
 def _branch(args: argparse.Namespace, store: Store) -> str | None:
     """``--branch`` (a usage error where the store has no session of it), else the default branch."""
     if args.branch:
-        branches = sorted({row.context.branch for row in store.sessions() if row.context.branch})
+        branches = sorted(store.branches())
         if args.branch not in branches:
             raise _UsageError(f"--branch={args.branch}: no session of that branch in {store.url} (its branches: "
                               f"{', '.join(branches) or 'none'})")
@@ -162,11 +164,25 @@ def _chain(branch: str | None) -> list[str]:
     return []
 
 
-def _read(args: argparse.Namespace, store: Store, branch: str | None) -> list[Series]:
-    """The series of ``branch`` as the options ask (dirty sessions, git's order)."""
-    from pytest_jetmem.history.analysis import histories
+def _analysed(history: History) -> tuple[History, list[Change]]:
+    """``history`` with its outliers marked, and its change points, through this machine's detection cache."""
+    from pytest_jetmem.history.analysis import analysed
+    from pytest_jetmem.history.detection_cache import open_cache
 
-    return histories(store, branch, include_dirty=args.include_dirty, chain=_chain(branch))
+    cache = open_cache()
+    try:
+        return analysed(history, cache=cache)
+    finally:
+        cache.close()
+
+
+def _read(args: argparse.Namespace, store: Store) -> History:
+    """The history of the branch the options name (else the default branch), as they ask (dirty sessions, git's
+    order): read once, for all the command does."""
+    from pytest_jetmem.history.timeline import read_history
+
+    branch = _branch(args, store)
+    return read_history(store, branch, include_dirty=args.include_dirty, chain=_chain(branch))
 
 
 def _date_key(since: str) -> str | None:
@@ -181,15 +197,15 @@ def _date_key(since: str) -> str | None:
     return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _commit_key(since: str, store: Store, branch: str | None) -> str | None:
+def _commit_key(since: str, history: History) -> str | None:
     """The commit-order key of the newest session of the one stored commit of ``branch`` that starts with
     ``since``; where the store has none (a first push, a run that stored nothing, a force-push), git's commit time
     of it, else None (every change point is judged), said on standard error; _UsageError where more than one stored
     commit starts so."""
-    matches = [r for r in store.sessions(branch=branch) if r.context.commit and r.context.commit.startswith(since)]
+    matches = [r for r in history.sessions if r.context.commit and r.context.commit.startswith(since)]
     if len({r.context.commit for r in matches}) > 1:
         raise _UsageError(f"--since={since}: expected a date (YYYY-MM-DD) or a stored commit of branch "
-                          f"{branch!r}: more than one commit starts so")
+                          f"{history.branch!r}: more than one commit starts so")
     if matches:
         return str(max(_order_key(r) for r in matches))
     from pytest_jetmem.history.context import git_output
@@ -201,14 +217,14 @@ def _commit_key(since: str, store: Store, branch: str | None) -> str | None:
     return key
 
 
-def _since_key(since: str, store: Store, branch: str | None) -> str | None:
+def _since_key(since: str, history: History) -> str | None:
     """The commit-order key after which a change point counts: a date's ISO text, or the newest session of the
     commit ``since`` names; None for git's null commit (all zeros: what CI gives as the commit before a branch's first
     push), which is no bound."""
     if since and set(since) == {"0"}:
         return None
     key = _date_key(since)
-    return key if key is not None else _commit_key(since, store, branch)
+    return key if key is not None else _commit_key(since, history)
 
 
 def _order_key(row: SessionRow) -> str:
@@ -243,16 +259,15 @@ def _change_line(change: Change, status: str) -> str:
 
 
 def _regressions(args: argparse.Namespace, out: TextIO) -> int:
-    from pytest_jetmem.history.analysis import changes, unreported
+    from pytest_jetmem.history.analysis import unreported
 
     with _open(args, write=args.new) as store:
-        branch = _branch(args, store)
-        since = _since_key(args.since, store, branch) if args.since else None
-        series = _read(args, store, branch)
-        found = changes(store, branch, series=series)
+        history, found = _analysed(_read(args, store))
+        branch = history.branch
+        since = _since_key(args.since, history) if args.since else None
         failing = [c for c in found if _is_failing(c, args.min_pct, since)]
         if args.new:
-            failing = unreported(failing, series, store.reported())
+            failing = unreported(failing, history.series, store.reported())
             store.mark_reported([(c.series, c.device, c.after.uid, c.after.context.commit, c.point.change_pct)
                                  for c in failing])
     found.sort(key=lambda c: _order_key(c.after), reverse=True)
@@ -272,15 +287,15 @@ def _spark(values: Sequence[float]) -> str:
     return "".join(bars[min(7, int((v - low) / (high - low) * 8))] for v in values)
 
 
-def _chosen(args: argparse.Namespace, store: Store, branch: str | None) -> list[Series]:
-    """The series of ``branch`` whose node id contains ``args.test`` (and whose memory mode is ``args.mode``, where
-    given); _UsageError where there is none."""
+def _chosen(args: argparse.Namespace, history: History) -> History:
+    """``history`` with only the series whose node id contains ``args.test`` (and whose memory mode is
+    ``args.mode``, where given); _UsageError where there is none."""
     test, mode = args.test, args.mode
-    chosen = [s for s in _read(args, store, branch) if test in s.key.nodeid and (mode is None or s.key.mode == mode)]
+    chosen = [s for s in history.series if test in s.key.nodeid and (mode is None or s.key.mode == mode)]
     if not chosen:
-        raise _UsageError(f"show {test}: no series of branch {branch!r} matches "
+        raise _UsageError(f"show {test}: no series of branch {history.branch!r} matches "
                           f"{test!r}{' in mode ' + mode if mode else ''}")
-    return chosen
+    return dataclasses.replace(history, series=tuple(chosen))
 
 
 def _machine_line(machine: Machine) -> str:
@@ -315,14 +330,12 @@ def _write_series(series: Series, branch: str | None, marks: Mapping[_Mark, Chan
 
 
 def _show(args: argparse.Namespace, out: TextIO) -> int:
-    from pytest_jetmem.history.analysis import changes
 
     with _open(args) as store:
-        branch = _branch(args, store)
-        chosen = _chosen(args, store, branch)
-        marks = {(c.series, c.device, c.after.uid): c for c in changes(store, branch, series=chosen)}
-    for s in chosen:
-        _write_series(s, branch, marks, out)
+        chosen, found = _analysed(_chosen(args, _read(args, store)))
+    marks = {(c.series, c.device, c.after.uid): c for c in found}
+    for s in chosen.series:
+        _write_series(s, chosen.branch, marks, out)
     return 0
 
 
@@ -336,14 +349,13 @@ def _ack_matches(change: Change, args: argparse.Namespace) -> bool:
 
 
 def _ack(args: argparse.Namespace, out: TextIO) -> int:
-    from pytest_jetmem.history.analysis import changes
-
     if not args.reason.strip():
         raise _UsageError(f"ack {args.test} --reason={args.reason!r}: expected why the change is known and accepted "
                           "(it is kept with the change point and cannot be replaced)")
     with _open(args, write=True) as store:
-        branch = _branch(args, store)
-        found = [c for c in changes(store, branch, series=_read(args, store, branch)) if _ack_matches(c, args)]
+        history, every = _analysed(_read(args, store))
+        branch = history.branch
+        found = [c for c in every if _ack_matches(c, args)]
         if not found:
             raise _UsageError(f"ack {args.test} --commit={args.commit}: no change point of branch {branch!r} "
                               "starts at that commit for that test (pytest-jetmem history regressions lists them)")
@@ -401,7 +413,7 @@ def _export(args: argparse.Namespace, out: TextIO) -> int:
     if args.fmt not in FORMATS:
         raise _UsageError(f"--format={args.fmt}: expected one of {', '.join(FORMATS)}")
     with _open(args) as store:
-        text = export(store, args.fmt, branch=_branch(args, store))
+        text = export(store, _read(args, store), args.fmt)
     if args.output:
         from pytest_jetmem.atomic import write_atomic
 
@@ -459,10 +471,12 @@ def _publish(args: argparse.Namespace, out: TextIO) -> int:
     from pytest_jetmem.history.site import publish
 
     with _open(args) as store:
-        branch = _branch(args, store)
+        history = _read(args, store)
+        branch = history.branch
         try:
-            pages = publish(store, Path(args.directory), branch=branch, repo_url=_repo_url(args.repo_url),
-                            progress=_progress, include_dirty=args.include_dirty, chain=_chain(branch))
+            marked, found = _analysed(history)
+            pages = publish(store, marked, found, Path(args.directory), repo_url=_repo_url(args.repo_url),
+                            progress=_progress)
         except (OSError, ValueError) as exc:
             raise _UsageError(f"publish {args.directory}: {exc}") from None
     out.write(f"published {len(pages)} file(s) of branch {branch or '(all)'} in {args.directory}: open "
@@ -476,8 +490,9 @@ def _fleet(args: argparse.Namespace, out: TextIO) -> int:
     from pytest_jetmem.history.fleet import fleet_matrix
 
     with _open(args) as store:
-        branch = _branch(args, store)
-        matrix = fleet_matrix(store, branch)
+        history = _read(args, store)
+        branch = history.branch
+        matrix = fleet_matrix(store, history)
     if args.json:
         out.write(json.dumps({"branch": branch, **matrix.to_json()}, indent=1, allow_nan=False) + "\n")
     else:

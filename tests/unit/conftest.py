@@ -28,9 +28,11 @@ from pytest_jetmem.handle import Jetmem
 @pytest.fixture(autouse=True)
 def _no_outputs_of_the_callers_ci(monkeypatch: pytest.MonkeyPatch) -> None:
     """A results store or a job summary of the environment this suite runs in (a developer's JETMEM_STORE, GitHub
-    Actions' GITHUB_STEP_SUMMARY) never receives the inner runs' sessions; the tests of those set their own."""
+    Actions' GITHUB_STEP_SUMMARY) never receives the inner runs' sessions, nor its home folder the change points
+    the commands detect (JETMEM_CACHE_DIR); the tests of those set their own."""
     monkeypatch.delenv("JETMEM_STORE", raising=False)
     monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
+    monkeypatch.setenv("JETMEM_CACHE_DIR", "off")  # nor the change-point cache of its home folder
 
 
 @pytest.fixture

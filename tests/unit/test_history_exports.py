@@ -15,6 +15,7 @@ from pytest_jetmem.history.context import SessionContext
 from pytest_jetmem.history.exports import FORMATS, export, to_bmf, to_github_action_benchmark, to_otava
 from pytest_jetmem.history.model import StoredSession
 from pytest_jetmem.history.store import Store, open_store
+from pytest_jetmem.history.timeline import read_history
 from pytest_jetmem.machine.fingerprint import Machine
 from pytest_jetmem.measure.record import Conditions, Identity, Judgement, MeasurementRecord, Statistics
 
@@ -77,15 +78,16 @@ def test_formats_are_the_three_documented() -> None:
 
 
 def test_export_dispatches_to_each_writer(store: Store) -> None:
-    assert export(store, "bmf", branch="main") == to_bmf(store, branch="main")
-    assert export(store, "github-action-benchmark") == to_github_action_benchmark(store)
-    assert export(store, "otava", branch="main") == to_otava(store, branch="main")
+    assert export(store, read_history(store, "main"), "bmf") == to_bmf(store, read_history(store, "main"))
+    every = read_history(store, None)
+    assert export(store, every, "github-action-benchmark") == to_github_action_benchmark(store, every)
+    assert export(store, read_history(store, "main"), "otava") == to_otava(store, read_history(store, "main"))
 
 
 @pytest.mark.parametrize("fmt", ["BMF", "csv", "", "otava "])
 def test_an_unknown_format_is_a_value_error_naming_it_and_the_choices(store: Store, fmt: str) -> None:
     with pytest.raises(ValueError) as info:
-        export(store, fmt)
+        export(store, read_history(store, None), fmt)
     message = str(info.value)
     assert repr(fmt) in message
     assert all(choice in message for choice in FORMATS)
@@ -93,7 +95,7 @@ def test_an_unknown_format_is_a_value_error_naming_it_and_the_choices(store: Sto
 
 # -- Bencher Metric Format ---------------------------------------------------------------------------------------
 def test_bmf_is_the_newest_session_of_the_branch_in_nanoseconds(store: Store) -> None:
-    doc = json.loads(export(store, "bmf", branch="main"))
+    doc = json.loads(export(store, read_history(store, "main"), "bmf"))
     assert set(doc) == {ODD, PLAIN}  # s3: newest on main by commit time, though s1 and s2 were stored after it
     for name, median in ((ODD, 0.250), (PLAIN, 1.40)):
         assert set(doc[name]) == {"latency"}
@@ -105,20 +107,20 @@ def test_bmf_is_the_newest_session_of_the_branch_in_nanoseconds(store: Store) ->
 
 
 def test_bmf_without_a_branch_is_the_newest_of_all(store: Store) -> None:
-    doc = json.loads(export(store, "bmf"))
+    doc = json.loads(export(store, read_history(store, None), "bmf"))
     assert list(doc) == [PLAIN]  # s4, on feature
     assert doc[PLAIN]["latency"]["value"] == pytest.approx(3.00e6)
 
 
 def test_bmf_keeps_the_odd_name_exactly(store: Store) -> None:
-    text = export(store, "bmf", branch="main")
+    text = export(store, read_history(store, "main"), "bmf")
     assert ODD in json.loads(text)
     assert '\\"b\\"' in text  # the quote escaped, not dropped
 
 
 # -- github-action-benchmark -------------------------------------------------------------------------------------
 def test_github_action_benchmark_is_a_list_for_the_newest_session(store: Store) -> None:
-    entries = json.loads(export(store, "github-action-benchmark", branch="main"))
+    entries = json.loads(export(store, read_history(store, "main"), "github-action-benchmark"))
     assert isinstance(entries, list)
     assert [e["name"] for e in entries] == sorted([ODD, PLAIN])
     by_name = {e["name"]: e for e in entries}
@@ -136,7 +138,7 @@ def test_github_action_benchmark_is_a_list_for_the_newest_session(store: Store) 
 
 
 def test_github_action_benchmark_names_the_newest_sessions_device(store: Store) -> None:
-    entries = json.loads(export(store, "github-action-benchmark"))
+    entries = json.loads(export(store, read_history(store, None), "github-action-benchmark"))
     assert [e["name"] for e in entries] == [PLAIN]
     assert f"device {ORIN.device}" in entries[0]["extra"]
     assert f"commit {C4[:10]}" in entries[0]["extra"]
@@ -152,12 +154,12 @@ def otava_rows(text: str) -> tuple[list[str], list[dict[str, str]]]:
 
 
 def test_otava_has_the_attributes_then_one_column_per_series(store: Store) -> None:
-    header, _ = otava_rows(export(store, "otava", branch="main"))
+    header, _ = otava_rows(export(store, read_history(store, "main"), "otava"))
     assert header == ["time", "commit", "branch", "device", "machine_class", *sorted([ODD, PLAIN])]
 
 
 def test_otava_rows_are_sessions_in_commit_order_with_their_attributes(store: Store) -> None:
-    _, rows = otava_rows(export(store, "otava", branch="main"))
+    _, rows = otava_rows(export(store, read_history(store, "main"), "otava"))
     assert [r["commit"] for r in rows] == [C1, C2, "", C3]
     assert [r["time"] for r in rows] == [
         "2026-01-01T08:00:00Z", "2026-01-02T08:00:00Z", "2026-01-02T12:00:00Z", "2026-01-03T08:00:00Z"]
@@ -169,21 +171,21 @@ def test_otava_rows_are_sessions_in_commit_order_with_their_attributes(store: St
 
 
 def test_otava_cells_are_medians_in_ms_and_empty_where_not_measured(store: Store) -> None:
-    _, rows = otava_rows(export(store, "otava", branch="main"))
+    _, rows = otava_rows(export(store, read_history(store, "main"), "otava"))
     assert [float(r[ODD]) for r in rows] == pytest.approx([0.200, 0.900, 0.210, 0.250])
     assert [r[PLAIN] for r in rows][1:3] == ["", ""]  # the Orin session and the unknown commit did not measure it
     assert [float(r[PLAIN]) for r in (rows[0], rows[3])] == pytest.approx([1.50, 1.40])
 
 
 def test_otava_quotes_the_odd_name(store: Store) -> None:
-    text = export(store, "otava", branch="main")
+    text = export(store, read_history(store, "main"), "otava")
     first_line = text.splitlines()[0]
     assert '"t.py::test_conv[a,""b""-device] conv:kernel"' in first_line
     assert text.endswith("\n") and "\r" not in text
 
 
 def test_otava_without_a_branch_has_every_session(store: Store) -> None:
-    _, rows = otava_rows(export(store, "otava"))
+    _, rows = otava_rows(export(store, read_history(store, None), "otava"))
     assert [r["commit"] for r in rows] == [C1, C2, "", C3, C4]
     assert rows[-1]["branch"] == "feature"
     assert rows[-1][ODD] == ""
@@ -192,8 +194,8 @@ def test_otava_without_a_branch_has_every_session(store: Store) -> None:
 
 # -- nothing stored ----------------------------------------------------------------------------------------------
 def test_a_branch_with_no_session_gives_empty_documents(store: Store) -> None:
-    assert json.loads(export(store, "bmf", branch="nowhere")) == {}
-    assert json.loads(export(store, "github-action-benchmark", branch="nowhere")) == []
-    header, rows = otava_rows(export(store, "otava", branch="nowhere"))
+    assert json.loads(export(store, read_history(store, "nowhere"), "bmf")) == {}
+    assert json.loads(export(store, read_history(store, "nowhere"), "github-action-benchmark")) == []
+    header, rows = otava_rows(export(store, read_history(store, "nowhere"), "otava"))
     assert header == ["time", "commit", "branch", "device", "machine_class"]
     assert rows == []

@@ -20,6 +20,7 @@ from pytest_jetmem.history import fleet
 from pytest_jetmem.history.fleet import FleetMatrix, fleet_matrix
 from pytest_jetmem.history.model import StoredSession
 from pytest_jetmem.history.store import Store, open_store
+from pytest_jetmem.history.timeline import read_history
 from pytest_jetmem.machine.fingerprint import Machine
 from pytest_jetmem.measure.advice import Advice, DeviceFacts, RuleKind, SessionAdvice, advise
 from pytest_jetmem.measure.record import MeasurementRecord
@@ -73,7 +74,7 @@ def line_of(text: str, test: str) -> str:
 
 
 def test_each_class_gets_the_advice_of_its_newest_session_that_measured_the_test(store: Store) -> None:
-    m = fleet_matrix(store, "main")
+    m = fleet_matrix(store, read_history(store, "main"))
     assert [c.machine_class for c in m.classes] == [H100.machine_class, ORIN.machine_class]  # by device
     assert [(c.device, c.sessions) for c in m.classes] == [(H100.device, 1), (ORIN.device, 4)]
     assert m.rows == ((A, KEY), (B, KEY), (C, KEY))
@@ -95,7 +96,7 @@ def test_each_class_gets_the_advice_of_its_newest_session_that_measured_the_test
 
 
 def test_a_session_without_device_facts_still_gets_advice(store: Store) -> None:
-    m = fleet_matrix(store, "main")
+    m = fleet_matrix(store, read_history(store, "main"))
     h100 = m.cells[(A, KEY, H100.machine_class)]
     assert h100.pick == "device"
     assert h100.advice.rule.kind is RuleKind.NONE_UNKNOWN  # advised with facts None
@@ -103,18 +104,18 @@ def test_a_session_without_device_facts_still_gets_advice(store: Store) -> None:
 
 
 def test_the_branch_chooses_the_sessions(store: Store) -> None:
-    every = fleet_matrix(store, None)
+    every = fleet_matrix(store, read_history(store, None))
     feature = every.cells[(A, KEY, ORIN.machine_class)]
     assert (feature.pick, feature.session_uid) == ("device", "session-4")  # the newest commit of any branch
     assert [c.sessions for c in every.classes] == [1, 5]
-    only = fleet_matrix(store, "feature")
+    only = fleet_matrix(store, read_history(store, "feature"))
     assert [c.machine_class for c in only.classes] == [ORIN.machine_class]
     assert only.rows == ((A, KEY),)
-    assert fleet_matrix(store, "nonesuch").classes == ()
+    assert fleet_matrix(store, read_history(store, "nonesuch")).classes == ()
 
 
 def test_the_cell_text_names_the_pick_and_the_next_mode_with_its_interval(store: Store) -> None:
-    cell = fleet_matrix(store, "main").cells[(A, KEY, ORIN.machine_class)]
+    cell = fleet_matrix(store, read_history(store, "main")).cells[(A, KEY, ORIN.machine_class)]
     r = cell.advice.runner_up
     assert r is not None and r.ratio is not None and r.ci is not None and r.mode == "device"
     assert cell.text == f"managed (device {r.ratio:.2f}x [{r.ci[0]:.2f}x, {r.ci[1]:.2f}x])"
@@ -122,7 +123,7 @@ def test_the_cell_text_names_the_pick_and_the_next_mode_with_its_interval(store:
 
 
 def test_text_shows_a_column_per_class_and_the_picks(store: Store) -> None:
-    m = fleet_matrix(store, "main")
+    m = fleet_matrix(store, read_history(store, "main"))
     text = m.text()
     assert "\x1b" not in text  # no colour codes
     assert f"[1] {H100.device} · driver 13000" in text
@@ -141,7 +142,7 @@ def test_text_shows_a_column_per_class_and_the_picks(store: Store) -> None:
 
 
 def test_to_json_is_plain_json_with_the_full_advice_per_cell(store: Store) -> None:
-    m = fleet_matrix(store, "main")
+    m = fleet_matrix(store, read_history(store, "main"))
     data = m.to_json()
     assert json.loads(json.dumps(data, allow_nan=False)) == data
     assert data["version"] == fleet.FLEET_VERSION
@@ -164,7 +165,7 @@ def test_to_json_is_plain_json_with_the_full_advice_per_cell(store: Store) -> No
 
 def test_an_empty_store_gives_an_empty_matrix_that_says_so(tmp_path: Path) -> None:
     with open_store(str(tmp_path / "empty.sqlite")) as s:
-        m = fleet_matrix(s, None)
+        m = fleet_matrix(s, read_history(s, None))
     assert m == FleetMatrix((), (), {})
     assert "no sessions" in m.text()
     assert m.to_json() == {"version": fleet.FLEET_VERSION, "classes": [], "rows": []}
@@ -173,7 +174,7 @@ def test_an_empty_store_gives_an_empty_matrix_that_says_so(tmp_path: Path) -> No
 def test_sessions_without_a_test_in_two_modes_give_columns_and_no_rows(tmp_path: Path) -> None:
     with open_store(str(tmp_path / "h.sqlite")) as s:
         s.add(stored(1, {A: {"device": 1.0}, B: {"managed": 2.0}}))
-        m = fleet_matrix(s, "main")
+        m = fleet_matrix(s, read_history(s, "main"))
     assert [c.machine_class for c in m.classes] == [ORIN.machine_class] and m.rows == () and not m.cells
     assert "no test was measured in two or more memory modes" in m.text()
 
@@ -187,7 +188,7 @@ def test_advise_runs_once_per_session_that_gives_a_cell(store: Store, monkeypatc
         return advise(rows, facts)
 
     monkeypatch.setattr(fleet, "advise", counting)
-    m = fleet_matrix(store, "main")
+    m = fleet_matrix(store, read_history(store, "main"))
     assert len(m.cells) == 4
     # sessions 1, 2, 3 (Orin) and 5 (H100); session 0 is superseded for its only test: not advised
     assert sorted(calls) == sorted(len(s.records) for s in (*ORIN_SESSIONS[0:1], *ORIN_SESSIONS[2:], H100_SESSION))
@@ -199,7 +200,7 @@ def test_labels_tell_classes_of_one_device_apart(tmp_path: Path) -> None:
     with open_store(str(tmp_path / "h.sqlite")) as s:
         for seed, machine in enumerate((ORIN, unlocked, older, H100)):
             s.add(stored(seed, {A: {"device": 1.0, "managed": 1.5}}, machine=machine))
-        m = fleet_matrix(s, None)
+        m = fleet_matrix(s, read_history(s, None))
     labels = {c.machine_class: c.label for c in m.classes}
     assert len(set(labels.values())) == 4
     assert labels[ORIN.machine_class].endswith("driver 12060 · clocks locked")
@@ -226,7 +227,7 @@ def test_a_real_gpu_store_merged_with_a_jetson_store_gives_two_columns(tmp_path:
         for seed in range(3):
             store.add(orin_session(seed))
         assert import_source(store, str(copy)).added == 27
-        matrix = fleet_matrix(store, None)
+        matrix = fleet_matrix(store, read_history(store, None))
     devices = sorted(c.device for c in matrix.classes)
     assert devices == ["NVIDIA H200 (sm_90)", "Orin (sm_87)"]
     h200 = next(c.machine_class for c in matrix.classes if c.device.startswith("NVIDIA H200"))

@@ -26,13 +26,14 @@ from urllib.parse import urlsplit
 import pytest
 
 from history_sessions import H100, MODES, ORIN, commit_of, record, session
-from pytest_jetmem.history.analysis import changes
+from pytest_jetmem.history.analysis import analysed, changes
 from pytest_jetmem.history.context import SessionContext
 from pytest_jetmem.history.fleet import fleet_matrix
 from pytest_jetmem.history.model import StoredSession
 from pytest_jetmem.history.site import LIST_LEFT_OUT, MARKER, page_name, publish
 from pytest_jetmem.history.store import Store, open_store
 from pytest_jetmem.history.svg import MAX_POINTS, Point, nice_ticks, sparkline, thin
+from pytest_jetmem.history.timeline import read_history
 
 UPGRADED = replace(ORIN, driver_version=12080, l4t_release="36.5.0")
 CODE_STEP, UPGRADE = 30, 45
@@ -128,7 +129,7 @@ def _build(store: Store) -> None:
             store.add(session(seed, step_at=0, step=1.10 * 1.20, machine=UPGRADED))
     for seed in range(100, 130):
         store.add(session(seed, tests=2, machine=H100))
-    (code_step,) = [c for c in changes(store, "main") if c.series.nodeid == f"{ACKED_TEST}[device]"
+    (code_step,) = [c for c in changes(read_history(store, "main")) if c.series.nodeid == f"{ACKED_TEST}[device]"
                     and c.after.uid == f"session-{CODE_STEP}"]
     assert store.ack(code_step.series, code_step.device, code_step.after.uid, code_step.after.context.commit,
                      REASON, "ci")
@@ -151,7 +152,7 @@ def store(store_path: Path) -> Iterator[Store]:
 @pytest.fixture
 def site(store: Store, tmp_path: Path) -> tuple[Path, list[Path]]:
     out = tmp_path / "site"
-    return out, publish(store, out, branch="main")
+    return out, publish(store, *analysed(read_history(store, "main")), out)
 
 
 def _test_page(out: Path, test: str) -> Node:
@@ -200,7 +201,7 @@ def test_every_internal_link_resolves_to_a_written_file_and_an_id(site: tuple[Pa
 
 def test_nothing_is_fetched_from_the_network(store: Store, tmp_path: Path) -> None:
     out = tmp_path / "site"
-    pages = publish(store, out, branch="main", repo_url="https://github.com/example/project")
+    pages = publish(store, *analysed(read_history(store, "main")), out, repo_url="https://github.com/example/project")
     for p in (q for q in pages if q.suffix == ".html"):
         text = p.read_text(encoding="utf-8")
         assert "@import" not in text and "url(" not in text
@@ -280,16 +281,16 @@ def test_a_test_of_the_orin_alone_has_one_chart(site: tuple[Path, list[Path]]) -
 
 
 def test_commits_link_to_the_repository_where_it_is_known(store: Store, tmp_path: Path) -> None:
-    with_repo = publish(store, tmp_path / "a", branch="main", repo_url="https://example.org/r/")
+    with_repo = publish(store, *analysed(read_history(store, "main")), tmp_path / "a", repo_url="https://example.org/r/")
     hrefs = {a.attrs["href"] for a in parse(with_repo[0]).all("a")}
     assert f"https://example.org/r/commit/{commit_of(UPGRADE)}" in hrefs
-    without = publish(store, tmp_path / "b", branch="main")
+    without = publish(store, *analysed(read_history(store, "main")), tmp_path / "b")
     assert not [a for p in without if p.suffix == ".html" for a in parse(p).all("a") if "/commit/" in a.attrs["href"]]
 
 
 def test_the_fleet_page_and_its_json(store: Store, site: tuple[Path, list[Path]]) -> None:
     out, _ = site
-    matrix = fleet_matrix(store, "main")
+    matrix = fleet_matrix(store, read_history(store, "main"))
     assert json.loads((out / "fleet.json").read_text(encoding="utf-8")) == json.loads(json.dumps(matrix.to_json()))
     table = parse(out / "fleet.html").find_id("fleet")
     assert table is not None and table.tag == "table"
@@ -311,7 +312,8 @@ def test_the_fleet_page_and_its_json(store: Store, site: tuple[Path, list[Path]]
 
 def test_progress_is_told_after_each_file(store: Store, tmp_path: Path) -> None:
     calls: list[tuple[int, int]] = []
-    pages = publish(store, tmp_path / "site", branch="main", progress=lambda d, t: calls.append((d, t)))
+    history = read_history(store, "main")
+    pages = publish(store, *analysed(history), tmp_path / "site", progress=lambda d, t: calls.append((d, t)))
     assert calls == [(i, len(pages)) for i in range(1, len(pages) + 1)]
 
 
@@ -320,9 +322,9 @@ def test_progress_is_told_after_each_file(store: Store, tmp_path: Path) -> None:
 
 def test_a_publish_replaces_the_site_whole(store: Store, tmp_path: Path) -> None:
     out = tmp_path / "site"
-    publish(store, out, branch="main")
+    publish(store, *analysed(read_history(store, "main")), out)
     (out / "stale.html").write_text("old")
-    pages = publish(store, out, branch="main")
+    pages = publish(store, *analysed(read_history(store, "main")), out)
     assert not (out / "stale.html").exists()
     assert {p.name for p in out.iterdir()} == {p.name for p in pages} | {MARKER}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["site"]  # no temporary folder left beside it
@@ -330,7 +332,7 @@ def test_a_publish_replaces_the_site_whole(store: Store, tmp_path: Path) -> None
 
 def test_a_failed_publish_leaves_the_old_site(store: Store, tmp_path: Path) -> None:
     out = tmp_path / "site"
-    publish(store, out, branch="main")
+    publish(store, *analysed(read_history(store, "main")), out)
     (out / "stale.html").write_text("old")
     before = {p.name: p.read_bytes() for p in out.iterdir()}
 
@@ -339,7 +341,7 @@ def test_a_failed_publish_leaves_the_old_site(store: Store, tmp_path: Path) -> N
             raise RuntimeError("disk full (simulated)")
 
     with pytest.raises(RuntimeError, match="simulated"):
-        publish(store, out, branch="main", progress=fail)
+        publish(store, *analysed(read_history(store, "main")), out, progress=fail)
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["site"]
 
@@ -349,14 +351,14 @@ def test_a_folder_of_other_files_is_never_replaced(store: Store, tmp_path: Path)
     out.mkdir()
     (out / "notes.txt").write_text("mine")
     with pytest.raises(ValueError, match=r"docs: a folder of other files \(no \.jetmem-site in it\)"):
-        publish(store, out, branch="main")
+        publish(store, *analysed(read_history(store, "main")), out)
     assert (out / "notes.txt").read_text() == "mine" and sorted(p.name for p in out.iterdir()) == ["notes.txt"]
     (tmp_path / "file").write_text("x")
     with pytest.raises(ValueError, match="file: not a folder"):
-        publish(store, tmp_path / "file", branch="main")
+        publish(store, *analysed(read_history(store, "main")), tmp_path / "file")
     empty = tmp_path / "empty"
     empty.mkdir()
-    assert publish(store, empty, branch="main")[0] == empty / "index.html"
+    assert publish(store, *analysed(read_history(store, "main")), empty)[0] == empty / "index.html"
 
 
 def test_names_are_escaped_and_page_names_are_safe(tmp_path: Path) -> None:
@@ -367,7 +369,7 @@ def test_names_are_escaped_and_page_names_are_safe(tmp_path: Path) -> None:
             records = tuple(record(f"{nodeid[:-1]}-{m}]", m, 1.0 + i, rng) for i, m in enumerate(MODES))
             ctx = SessionContext(commit=commit_of(seed), branch="main", commit_time=f"2026-11-01T00:0{seed}:00Z")
             store.add(StoredSession(f"s{seed}", f"2026-11-01T00:0{seed}:00Z", ctx, ORIN, records))
-        pages = publish(store, tmp_path / "site", branch="main")
+        pages = publish(store, *analysed(read_history(store, "main")), tmp_path / "site")
     name = page_name(nodeid)
     assert name in {p.name for p in pages}
     assert name.isascii() and all(ch.isalnum() or ch in "-_." for ch in name)
@@ -414,7 +416,7 @@ def test_a_sparkline_marks_its_change_points() -> None:
 
 def test_an_empty_store_publishes_an_index_and_an_empty_fleet(tmp_path: Path) -> None:
     with open_store(str(tmp_path / "h.sqlite")) as store:
-        pages = publish(store, tmp_path / "site", branch="main")
+        pages = publish(store, *analysed(read_history(store, "main")), tmp_path / "site")
     assert [p.name for p in pages] == ["index.html", "fleet.html", "fleet.json"]
     index = parse(pages[0])
     assert all(not _rows(index.by_id(i)) for i in ("changes", "acked", "quiet-series"))
@@ -457,7 +459,7 @@ def crowded(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("crowded")
     crowded_store(root / "h.sqlite")
     with open_store(str(root / "h.sqlite"), create=False) as store:
-        publish(store, root / "site", branch="main")
+        publish(store, *analysed(read_history(store, "main")), root / "site")
     return root / "site"
 
 
@@ -505,7 +507,7 @@ def test_sessions_that_do_not_count_are_hollow_and_said(crowded: Path) -> None:
 def test_include_dirty_counts_the_sessions_of_uncommitted_changes(tmp_path: Path) -> None:
     crowded_store(tmp_path / "h.sqlite")
     with open_store(str(tmp_path / "h.sqlite"), create=False) as store:
-        publish(store, tmp_path / "site", branch="main", include_dirty=True)
+        publish(store, *analysed(read_history(store, "main", include_dirty=True)), tmp_path / "site")
     chart = _chart(parse(tmp_path / "site" / page_name(CROWDED_TEST)))
     rings = [r.content() for r in chart.all("g", "left-out")]
     assert not [r for r in rings if "uncommitted changes" in r]  # they count: judged as any session
@@ -518,7 +520,7 @@ def test_a_long_list_of_sessions_left_out_is_cut_and_counted(tmp_path: Path) -> 
         for seed in range(30):
             plain = session(seed, tests=1)
             store.add(replace(plain, context=replace(plain.context, dirty=True)))
-        publish(store, tmp_path / "site", branch="main")
+        publish(store, *analysed(read_history(store, "main")), tmp_path / "site")
     page = parse(tmp_path / "site" / page_name("tests/test_k.py::test_0"))
     (listed,) = page.all("ul", "left-out")
     items = [li.content() for li in listed.all("li")]
@@ -552,8 +554,8 @@ def test_the_fleet_says_no_clear_winner_once(store: Store, crowded: Path, site: 
             assert text.count("no clear winner") <= 1, text
             tied += "no clear winner (tied: device, managed)" in text
     assert tied >= 1
-    for row, (test, key) in zip(_rows(parse(site[0] / "fleet.html").by_id("fleet")), fleet_matrix(store, "main").rows,
-                                strict=True):
+    matrix = fleet_matrix(store, read_history(store, "main"))
+    for row, (test, key) in zip(_rows(parse(site[0] / "fleet.html").by_id("fleet")), matrix.rows, strict=True):
         for td in row.all("td")[1:]:
             first = next((n for n in td.all("span", "pick")), None)
             if first is not None:  # the pick in bold, said once before the ratios

@@ -20,8 +20,10 @@ from test_history_site import CROWDED_SESSIONS, CROWDED_TEST, crowded_store, lay
 
 from browser import browser_fixture, console_errors, open_page  # noqa: F401
 from history_sessions import H100, ORIN, commit_of, session
+from pytest_jetmem.history.analysis import analysed
 from pytest_jetmem.history.model import SeriesKey
 from pytest_jetmem.history.store import open_store
+from pytest_jetmem.history.timeline import read_history
 
 UPGRADED = replace(ORIN, driver_version=12080, l4t_release="36.5.0")
 REPO = Path(__file__).resolve().parents[2]
@@ -46,7 +48,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("site")
     _store(root / "h.sqlite")
     with open_store(str(root / "h.sqlite"), create=False) as store:
-        publish(store, root / "site", branch="main", repo_url="https://example.invalid/o/r")
+        publish(store, *analysed(read_history(store, "main")), root / "site", repo_url="https://example.invalid/o/r")
     return root / "site"
 
 
@@ -57,7 +59,7 @@ def crowded(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("crowded")
     crowded_store(root / "h.sqlite")
     with open_store(str(root / "h.sqlite"), create=False) as store:
-        publish(store, root / "site", branch="main")
+        publish(store, *analysed(read_history(store, "main")), root / "site")
     return root / "site"
 
 

@@ -1,5 +1,6 @@
-"""history.store's reads of a large store (a fleet's, on PostgreSQL): the points read in PostgreSQL's binary protocol
-are the values a text read gives, as Python ints and floats; sessions of one machine share one decoded Machine;
+"""history.store's reads of a large store (a fleet's, on PostgreSQL): the points read by PostgreSQL's binary COPY
+are the values a text read gives, as columns (and a COPY of another shape is refused); sessions of one machine
+share one decoded Machine;
 the index of schema version 4 serves the points read (a covering index) and a store of version 3 is brought to it
 by a writer and read as it is by a reader."""
 
@@ -9,10 +10,13 @@ import contextlib
 import sqlite3
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from history_sessions import H100, ORIN, session
 from pg_server import PostgresServer, postgres_server_fixture  # noqa: F401
+from pytest_jetmem.history.model import Points
+from pytest_jetmem.history.pgcopy import points_of_copy
 from pytest_jetmem.history.schema import SCHEMA_VERSION
 from pytest_jetmem.history.store import open_store
 
@@ -25,24 +29,44 @@ def _fill(url: str) -> None:
             store.add(session(seed, machine=H100 if seed % 3 == 0 else ORIN))
 
 
-def test_postgresql_points_are_the_text_reads_values_as_ints_and_floats(
+def _columns(points: Points) -> list[tuple[int, int, float, float]]:
+    return sorted(zip(points.session_id.tolist(), points.series_id.tolist(), points.median.tolist(),
+                      points.mad.tolist(), strict=True))
+
+
+def test_postgresql_points_read_by_binary_copy_are_the_text_reads_values(
     postgres_server: PostgresServer, tmp_path: Path
 ) -> None:
     url = postgres_server.new_database("points_binary")
     _fill(url)
     lite = tmp_path / "h.sqlite"
     _fill(str(lite))
+    for where in (url, str(lite)):
+        with open_store(where) as store:
+            store.add(session(50, branch="feature"))
     import psycopg
 
     with psycopg.connect(url) as conn:  # the text protocol, as psycopg reads by default
-        text = conn.execute("SELECT session_id, series_id, median, mad, n FROM jetmem_measurements").fetchall()
+        text = conn.execute("SELECT session_id, series_id, median, mad FROM jetmem_measurements").fetchall()
+        mains = {r[0] for r in conn.execute("SELECT id FROM jetmem_sessions WHERE branch = 'main'").fetchall()}
     with open_store(url, create=False) as store:
         points = store.points()
+        main = store.points(branch="main")
+        none = store.points(branch="it's nowhere")  # a quote in the literal
     with open_store(str(lite), create=False) as store:
         lite_points = store.points()
-    assert sorted(points) == sorted(text) == sorted(lite_points)  # every value bit for bit (floats compare exactly)
-    assert len(points) == len(SEEDS) * 12
-    assert {tuple(type(v) for v in p) for p in points} == {(int, int, float, float, int)}
+    assert _columns(points) == sorted(text) == _columns(lite_points)  # every value bit for bit
+    assert len(points) == (len(SEEDS) + 1) * 12
+    assert points.session_id.dtype == np.int64 and points.median.dtype == np.float64
+    assert _columns(main) == [t for t in sorted(text) if t[0] in mains] and 0 < len(main) < len(points)
+    assert len(none) == 0
+
+
+@pytest.mark.parametrize("data", [b"", b"PGCOPY\n\xff\r\n\x00" + bytes(8) + b"\x00\x04" + bytes(10) + b"\xff\xff",
+                                  b"not a copy at all, not even close"])
+def test_a_binary_copy_of_another_shape_is_refused(data: bytes) -> None:
+    with pytest.raises(ValueError, match="binary COPY"):
+        points_of_copy(data)
 
 
 @pytest.mark.parametrize("kind", ["sqlite", "postgresql"])

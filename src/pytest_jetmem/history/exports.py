@@ -1,8 +1,8 @@
 """A results store's timings in the formats other tools read: Bencher, github-action-benchmark, Apache Otava.
 
-:func:`export` takes an open :class:`~pytest_jetmem.history.store.Store` and returns the text; it writes nothing.
-The sessions are those of ``branch`` where given (all where not), in commit order
-(:func:`~pytest_jetmem.history.model.commit_order`); "the newest session" is the last of them. A series is named
+:func:`export` takes an open :class:`~pytest_jetmem.history.store.Store` and the
+:class:`~pytest_jetmem.history.timeline.History` read of it, and returns the text; it writes nothing. The sessions
+are the history's, in commit order; "the newest session" is the last of them. A series is named
 ``nodeid label:scope`` (:attr:`~pytest_jetmem.history.model.SeriesKey.name`; the memory mode is in the node id);
 a figure that is not finite is left out (JSON has no NaN). A store with no session gives an empty document
 (``{}``, ``[]``, the CSV header alone).
@@ -41,8 +41,9 @@ import json
 import math
 from collections.abc import Callable, Iterable
 
-from pytest_jetmem.history.model import SeriesKey, SessionRow, commit_order
+from pytest_jetmem.history.model import SeriesKey, SessionRow
 from pytest_jetmem.history.store import Store
+from pytest_jetmem.history.timeline import History
 from pytest_jetmem.measure.record import MeasurementRecord
 
 __all__ = ["FORMATS", "export", "to_bmf", "to_github_action_benchmark", "to_otava"]
@@ -65,12 +66,11 @@ def _by_name(records: Iterable[MeasurementRecord]) -> dict[str, MeasurementRecor
     return dict(sorted(named.items()))
 
 
-def _newest(store: Store, branch: str | None) -> tuple[SessionRow, dict[str, MeasurementRecord]] | None:
-    """The newest session (in commit order) with its records by name; None where none is stored."""
-    rows = commit_order(store.sessions(branch=branch))
-    if not rows:
+def _newest(store: Store, history: History) -> tuple[SessionRow, dict[str, MeasurementRecord]] | None:
+    """The history's newest session (in commit order) with its records by name; None where it has none."""
+    if not history.sessions:
         return None
-    return rows[-1], _by_name(store.records(rows[-1].id))
+    return history.sessions[-1], _by_name(store.records(history.sessions[-1].id))
 
 
 def _json(value: object) -> str:
@@ -88,9 +88,9 @@ def _bmf_metric(record: MeasurementRecord) -> dict[str, float]:
     return metric
 
 
-def to_bmf(store: Store, *, branch: str | None = None) -> str:
+def to_bmf(store: Store, history: History) -> str:
     """The newest session as one Bencher Metric Format JSON object (see the module's docstring)."""
-    newest = _newest(store, branch)
+    newest = _newest(store, history)
     if newest is None:
         return _json({})
     _, records = newest
@@ -111,49 +111,52 @@ def _gab_entry(name: str, record: MeasurementRecord, row: SessionRow) -> dict[st
     return entry
 
 
-def to_github_action_benchmark(store: Store, *, branch: str | None = None) -> str:
+def to_github_action_benchmark(store: Store, history: History) -> str:
     """The newest session as github-action-benchmark's ``customSmallerIsBetter`` JSON list."""
-    newest = _newest(store, branch)
+    newest = _newest(store, history)
     if newest is None:
         return _json([])
     row, records = newest
     return _json([_gab_entry(name, r, row) for name, r in records.items() if _finite(r.statistics.median)])
 
 
-def _cell(record: MeasurementRecord | None) -> str:
+def _cell(median: float | None) -> str:
     """A median in ms as Otava reads it (every digit kept); empty where not measured or not finite."""
-    if record is None or not _finite(record.statistics.median):
+    if median is None or not _finite(median):
         return ""
-    return repr(record.statistics.median)
+    return repr(median)
 
 
-def to_otava(store: Store, *, branch: str | None = None) -> str:
-    """Every session (of ``branch``) as an Apache Otava CSV, one row per session in commit order."""
-    rows = commit_order(store.sessions(branch=branch))
-    measured = [(row, _by_name(store.records(row.id))) for row in rows]
-    names = sorted({name for _, records in measured for name in records})
+def to_otava(store: Store, history: History) -> str:
+    """Every session of the history as an Apache Otava CSV, one row per session in commit order (the medians of
+    the history's points: no record read)."""
+    medians: list[dict[str, float]] = [{} for _ in history.sessions]
+    for one in history.series:
+        for place, median in zip(one.places, one.medians, strict=True):
+            medians[place][one.key.name] = median
+    names = sorted({name for row in medians for name in row})
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow([*OTAVA_ATTRIBUTES, *names])
-    for row, records in measured:
+    for row, measured in zip(history.sessions, medians, strict=True):
         ctx = row.context
         attributes = [ctx.commit_time or row.started, ctx.commit or "", ctx.branch or "", row.machine.device,
                       row.machine.machine_class]
-        writer.writerow([*attributes, *(_cell(records.get(name)) for name in names)])
+        writer.writerow([*attributes, *(_cell(measured.get(name)) for name in names)])
     return out.getvalue()
 
 
-_WRITERS: dict[str, Callable[..., str]] = {
+_WRITERS: dict[str, Callable[[Store, History], str]] = {
     "bmf": to_bmf,
     "github-action-benchmark": to_github_action_benchmark,
     "otava": to_otava,
 }
 
 
-def export(store: Store, fmt: str, *, branch: str | None = None) -> str:
-    """The sessions of ``store`` (of ``branch`` where given) as format ``fmt`` (one of :data:`FORMATS`) reads them;
-    ValueError naming ``fmt`` and the formats for any other."""
+def export(store: Store, history: History, fmt: str) -> str:
+    """The sessions of ``history`` (records read from ``store``) as format ``fmt`` (one of :data:`FORMATS`) reads
+    them; ValueError naming ``fmt`` and the formats for any other."""
     writer = _WRITERS.get(fmt)
     if writer is None:
         raise ValueError(f"export format {fmt!r}: expected one of {', '.join(FORMATS)}")
-    return writer(store, branch=branch)
+    return writer(store, history)

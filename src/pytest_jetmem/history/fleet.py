@@ -27,8 +27,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from pytest_jetmem.history.model import SessionRow, commit_order
+import numpy as np
+
+from pytest_jetmem.history.model import SessionRow
 from pytest_jetmem.history.store import Store
+from pytest_jetmem.history.timeline import History
 from pytest_jetmem.machine.fingerprint import Machine
 from pytest_jetmem.measure.advice import Advice, DeviceFacts, advise
 from pytest_jetmem.measure.advice_terms import times
@@ -194,29 +197,24 @@ def _labels(machines: Mapping[str, Machine]) -> dict[str, str]:
     return out
 
 
-def _measured(store: Store) -> dict[int, set[tuple[str, str]]]:
-    """Session id -> the (test, key) it measured in two or more modes (from the series, no samples decoded)."""
-    names = store.series()
-    modes: dict[int, dict[tuple[str, str], set[str]]] = {}
-    for session_id, series_id, *_ in store.points():
-        series = names[series_id]
-        modes.setdefault(session_id, {}).setdefault((series.test, series.key), set()).add(series.mode)
-    return {sid: {tk for tk, ms in by_test.items() if len(ms) >= 2} for sid, by_test in modes.items()}
-
-
 _Subjects = dict[int, set[tuple[str, str]]]  # session id -> (test, key) pairs
 
 
-def _newest_sources(rows: list[SessionRow], measured: _Subjects) -> _Subjects:
-    """For one class's sessions (commit order): session id -> the (test, key) whose cell it gives, each (test, key)
-    from the newest session that measured it in 2+ modes."""
-    wanted: dict[int, set[tuple[str, str]]] = {}
-    claimed: set[tuple[str, str]] = set()
-    for row in reversed(rows):  # newest first
-        mine = measured.get(row.id, set()) - claimed
-        if mine:
-            wanted[row.id] = mine
-            claimed |= mine
+def _newest_sources(history: History) -> _Subjects:
+    """Session id -> the (test, key) whose cell it gives: for each machine class and (test, key), the newest session
+    (commit order) of that class that measured it in 2+ modes (from the series' places, no samples decoded)."""
+    by_subject: dict[tuple[str, str], dict[str, list[tuple[int, ...]]]] = {}
+    for one in history.series:
+        by_subject.setdefault((one.key.test, one.key.key), {}).setdefault(one.key.mode, []).append(one.places)
+    class_of = np.unique(np.array(history.classes, dtype=object), return_inverse=True)[1]
+    wanted: _Subjects = {}
+    for subject, modes in by_subject.items():
+        each = [np.unique(np.concatenate([np.asarray(p, dtype=np.int64) for p in ps])) for ps in modes.values()]
+        at, count = np.unique(np.concatenate(each), return_counts=True)
+        at = at[count >= 2]  # the sessions that measured it in 2+ modes
+        newest: dict[int, int] = dict(zip(class_of[at].tolist(), at.tolist(), strict=True))  # the last place wins
+        for place in newest.values():
+            wanted.setdefault(history.sessions[place].id, set()).add(subject)
     return wanted
 
 
@@ -234,17 +232,17 @@ def _class_cells(store: Store, cls: str, rows: list[SessionRow], wanted: _Subjec
     return cells
 
 
-def fleet_matrix(store: Store, branch: str | None) -> FleetMatrix:
-    """The advice per test and key on each machine class of ``branch`` (None: every branch): for each class and
-    (test, key), the advice of the newest session (commit order) of that class that measured it in 2+ modes."""
-    sessions = commit_order(store.sessions(branch=branch))
+def fleet_matrix(store: Store, history: History) -> FleetMatrix:
+    """The advice per test and key on each machine class of ``history``: for each class and (test, key), the
+    advice of the newest session (commit order) of that class that measured it in 2+ modes (its records read from
+    ``store``)."""
     by_class: dict[str, list[SessionRow]] = {}
-    for row in sessions:
+    for row in history.sessions:
         by_class.setdefault(row.machine.machine_class, []).append(row)
-    measured = _measured(store)
+    wanted = _newest_sources(history)
     cells: dict[tuple[str, str, str], FleetCell] = {}
     for cls, rows in by_class.items():
-        cells.update(_class_cells(store, cls, rows, _newest_sources(rows, measured)))
+        cells.update(_class_cells(store, cls, rows, wanted))
     machines = {cls: rows[-1].machine for cls, rows in by_class.items()}
     labels = _labels(machines)
     classes = sorted(

@@ -11,11 +11,13 @@ import itertools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from pytest_jetmem.history.context import SessionContext
 from pytest_jetmem.machine.fingerprint import Machine
 from pytest_jetmem.measure.record import MeasurementRecord
 
-__all__ = ["Ack", "Reported", "SeriesKey", "SessionRow", "StoredSession", "commit_order"]
+__all__ = ["Ack", "Points", "Reported", "SeriesKey", "SessionRow", "StoredSession", "commit_order"]
 
 
 @dataclass(frozen=True)
@@ -78,6 +80,26 @@ class SessionRow:
     def short_commit(self) -> str:
         """The commit's first 10 hex digits, or ``unknown``."""
         return self.context.commit[:10] if self.context.commit else "unknown"
+
+
+@dataclass(frozen=True, eq=False)
+class Points:
+    """Every stored measurement's figures as columns (one entry per measurement, in no particular order): what a
+    history is made of, read without the samples and records."""
+
+    session_id: np.ndarray  # int64: the store's number of the session
+    series_id: np.ndarray  # int64: the series (:meth:`~pytest_jetmem.history.store.Store.series`)
+    median: np.ndarray  # float64, ms
+    mad: np.ndarray  # float64, ms
+
+    def __len__(self) -> int:
+        return int(self.session_id.size)
+
+    @classmethod
+    def of_rows(cls, rows: Sequence[Sequence[float]]) -> Points:
+        """From rows of (session id, series id, median, MAD)."""
+        table = np.array(rows, dtype=np.float64).reshape(-1, 4)
+        return cls(table[:, 0].astype(np.int64), table[:, 1].astype(np.int64), table[:, 2].copy(), table[:, 3].copy())
 
 
 @dataclass(frozen=True)

@@ -36,17 +36,18 @@ import re
 import shutil
 import tempfile
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from html import escape
 from pathlib import Path
 
-from pytest_jetmem.history.analysis import Change, Series, changes, histories
+from pytest_jetmem.history.analysis import Change
 from pytest_jetmem.history.context import utc_iso
 from pytest_jetmem.history.fleet import FleetCell, FleetMatrix, fleet_matrix
-from pytest_jetmem.history.model import SeriesKey, SessionRow, commit_order
+from pytest_jetmem.history.model import SeriesKey, SessionRow
 from pytest_jetmem.history.store import Store
 from pytest_jetmem.history.svg import Boundary, Chart, Line, Marker, Point, series_chart, sparkline
+from pytest_jetmem.history.timeline import History, Series
 from pytest_jetmem.machine.fingerprint import FINGERPRINT_FIELDS, Machine
 from pytest_jetmem.measure.advice_terms import times
 
@@ -78,59 +79,45 @@ a:focus{outline:2px solid #0072B2}
 
 
 @dataclass(frozen=True)
-class _Track:
-    """One series on one device: its sessions' places in commit order, medians and MADs (ms)."""
-
-    key: SeriesKey
-    device: str
-    places: tuple[int, ...]
-    medians: tuple[float, ...]
-    mads: tuple[float, ...]
-    notes: tuple[str, ...]  # per session, why it does not count for change points ("": it counts)
-
-    @property
-    def name(self) -> str:
-        return f"{self.key.name} on {self.device}"
-
-    @property
-    def left_out(self) -> list[int]:
-        """The indices of the sessions that do not count."""
-        return [i for i, note in enumerate(self.notes) if note]
-
-
-@dataclass(frozen=True)
 class _Data:
-    """What the pages show: the sessions in commit order, the series and their change points."""
+    """What the pages show: the history (sessions in commit order, series) and its change points."""
 
-    branch: str | None
-    rows: tuple[SessionRow, ...]
-    tracks: tuple[_Track, ...]
+    history: History
     changes: tuple[Change, ...]
-    place: dict[str, int]  # session uid -> its place in commit order
-    modes: tuple[str, ...]  # every memory mode, sorted: a mode's style is its place here
-    classes: tuple[str, ...]  # the machine class of each session, in commit order
 
-    def changes_of(self, track: _Track) -> list[Change]:
-        return [c for c in self.changes if c.series == track.key and c.device == track.device]
+    @functools.cached_property
+    def _by_series(self) -> dict[tuple[SeriesKey, str], list[Change]]:
+        out: dict[tuple[SeriesKey, str], list[Change]] = {}
+        for c in self.changes:
+            out.setdefault((c.series, c.device), []).append(c)
+        return out
 
+    @property
+    def rows(self) -> tuple[SessionRow, ...]:
+        return self.history.sessions
 
-def _tracks(rows: Sequence[SessionRow], series: Sequence[Series]) -> list[_Track]:
-    """Every series (:func:`~.analysis.histories`: per device, sorted by name and device) with its sessions' places
-    in ``rows`` (commit order)."""
-    place = {row.id: i for i, row in enumerate(rows)}
-    return [_Track(s.key, s.device, tuple(place[row.id] for row in s.sessions), s.medians, s.mads,
-                   tuple(s.note(i) for i in range(len(s.sessions)))) for s in series]
+    @property
+    def tracks(self) -> tuple[Series, ...]:
+        return self.history.series
 
+    @property
+    def place(self) -> Mapping[str, int]:
+        return self.history.place
 
-def _load(store: Store, branch: str | None, include_dirty: bool, chain: Sequence[str]) -> _Data:
-    """The sessions of ``branch`` in commit order, every series' points and the change points (the measurements
-    read once, for both)."""
-    rows = tuple(commit_order(store.sessions(branch=branch), chain))
-    series = histories(store, branch, include_dirty=include_dirty, chain=chain)
-    tracks = _tracks(rows, series)
-    modes = tuple(sorted({t.key.mode for t in tracks}))
-    return _Data(branch, rows, tuple(tracks), tuple(changes(store, branch, series=series)),
-                 {row.uid: i for i, row in enumerate(rows)}, modes, tuple(row.machine.machine_class for row in rows))
+    @property
+    def branch(self) -> str | None:
+        return self.history.branch
+
+    @property
+    def modes(self) -> tuple[str, ...]:
+        return self.history.modes
+
+    @property
+    def classes(self) -> tuple[str, ...]:
+        return self.history.classes
+
+    def changes_of(self, track: Series) -> list[Change]:
+        return self._by_series.get((track.key, track.device), [])
 
 
 # -- shared HTML ---------------------------------------------------------------------------------------------------
@@ -207,10 +194,10 @@ def _counts(notes: Iterable[str]) -> str:
     return ", ".join(f"{n} {_WHY.get(why, why)}" for why, n in sorted(tally.items()))
 
 
-def _left_out_note(track: _Track) -> str:
+def _left_out_note(track: Series) -> str:
     """``2 of 60 session(s) left out of change points (1 outlier, 1 with uncommitted changes)``; ``""`` where none
     is."""
-    n = len(track.left_out)
+    n = len(track.uncounted())
     return (f"{n} of {len(track.notes)} session(s) left out of change points ({_counts(track.notes)})"
             if n else "")
 
@@ -227,16 +214,16 @@ def _table(caption: str, header: Sequence[str], rows: Iterable[str], attrs: str 
 # -- the index -----------------------------------------------------------------------------------------------------
 
 
-def _spark(track: _Track, data: _Data) -> str:
+def _spark(track: Series, data: _Data) -> str:
     marks = [track.places.index(data.place[c.after.uid]) for c in data.changes_of(track)
              if data.place.get(c.after.uid) in track.places]
     left_out = _left_out_note(track)
     label = (f"{track.name}: {len(track.medians)} sessions, latest median {track.medians[-1]:.4g} ms, "
              f"{len(marks)} change point(s)" + (f", {left_out} (hollow rings)" if left_out else ""))
-    return sparkline(track.medians, marks, label=label, left_out=track.left_out)
+    return sparkline(track.medians, marks, label=label, left_out=track.uncounted())
 
 
-def _series_cell(track: _Track) -> str:
+def _series_cell(track: Series) -> str:
     """The series' link to its chart, and how many of its sessions are left out, where any is."""
     key = track.key
     href = f"{page_name(key.test)}#{_anchor(key.key, track.device)}"
@@ -245,7 +232,7 @@ def _series_cell(track: _Track) -> str:
     return f"<td>{link}" + (f'<br><span class="note left-out">{escape(left_out)}</span>' if left_out else "") + "</td>"
 
 
-def _change_row(change: Change, track: _Track, spark: str, repo_url: str | None) -> str:
+def _change_row(change: Change, track: Series, spark: str, repo_url: str | None) -> str:
     cls = ' class="acked"' if change.ack is not None else ""
     return (f"<tr{cls}>{_series_cell(track)}<td>{escape(change.device)}</td>"
             f"<td>{spark}</td><td>{_direction(change)} {escape(change.magnitude_text)}</td>"
@@ -253,7 +240,7 @@ def _change_row(change: Change, track: _Track, spark: str, repo_url: str | None)
             "</tr>")
 
 
-def _quiet_row(track: _Track, spark: str) -> str:
+def _quiet_row(track: Series, spark: str) -> str:
     return (f"<tr>{_series_cell(track)}<td>{escape(track.device)}</td><td>{spark}</td>"
             f'<td class="num">{len(track.medians)}</td><td class="num">{track.medians[-1]:.4g}</td></tr>')
 
@@ -275,7 +262,7 @@ def _index(data: _Data, repo_url: str | None) -> str:
     quiet = [_quiet_row(t, sparks[(t.key, t.device)]) for t in data.tracks if (t.key, t.device) not in with_changes]
     header = ["series", "device", "history", "change [99% interval]", "commits", "cause", "status"]
     branch = data.branch if data.branch is not None else "every branch"
-    with_left_out = sum(1 for t in data.tracks if t.left_out)
+    with_left_out = sum(1 for t in data.tracks if t.uncounted())
     body = [
         f"<h1>jetmem history: {escape(branch)}</h1>",
         f"<p>{len(data.rows)} session(s), {len(data.tracks)} series, {len(data.changes)} change point(s): "
@@ -322,14 +309,14 @@ def _marker(change: Change, x: int) -> Marker:
     return Marker(mode, x, change.point.after_ms, label, detail, change.point.ratio > 1.0, change.ack is not None)
 
 
-def _points(track: _Track, x_of: dict[int, int], data: _Data) -> tuple[Point, ...]:
+def _points(track: Series, x_of: dict[int, int], data: _Data) -> tuple[Point, ...]:
     """A track's points at their places in a chart, each with its commit and start as its tooltip and why it does
     not count, where it does not."""
     return tuple(Point(x_of[p], m, d, f"{data.rows[p].short_commit} {data.rows[p].started[:16]}", note)
                  for p, m, d, note in zip(track.places, track.medians, track.mads, track.notes, strict=True))
 
 
-def _chart(test: str, key: str, device: str, tracks: Sequence[_Track], data: _Data) -> tuple[Chart, list[Change]]:
+def _chart(test: str, key: str, device: str, tracks: Sequence[Series], data: _Data) -> tuple[Chart, list[Change]]:
     """The chart of one test, key and device (one line per mode) and its change points."""
     places = sorted(set().union(*(t.places for t in tracks)))
     x_of = {p: x for x, p in enumerate(places)}
@@ -343,22 +330,22 @@ def _chart(test: str, key: str, device: str, tracks: Sequence[_Track], data: _Da
     return chart, found
 
 
-def _desc(key: str, device: str, tracks: Sequence[_Track], found: Sequence[Change],
+def _desc(key: str, device: str, tracks: Sequence[Series], found: Sequence[Change],
           bounds: Sequence[Boundary]) -> str:
     """The chart's description in words: per mode its sessions, latest median, change points and the sessions left
     out of change points (hollow rings); the class changes."""
     parts = [f"Median time of {key} on {device} per session, in commit order, one line per memory mode."]
     for t in tracks:
         n_changes = sum(1 for c in found if c.series == t.key)
-        left_out = f", {len(t.left_out)} left out of change points ({_counts(t.notes)}; hollow rings)" \
-            if t.left_out else ""
+        left_out = f", {len(t.uncounted())} left out of change points ({_counts(t.notes)}; hollow rings)" \
+            if t.uncounted() else ""
         parts.append(f"{t.key.mode or '-'}: {len(t.medians)} session(s), latest median {t.medians[-1]:.4g} ms "
                      f"(MAD {t.mads[-1]:.3g}), {n_changes} change point(s){left_out}.")
     parts.extend(f"Machine class changes before session {b.x + 1}: {b.label}." for b in bounds)
     return " ".join(parts)
 
 
-def _mode_rows(tracks: Sequence[_Track], found: Sequence[Change]) -> list[str]:
+def _mode_rows(tracks: Sequence[Series], found: Sequence[Change]) -> list[str]:
     return [
         f"<tr><td>{escape(t.key.mode or '-')}</td><td>{escape(t.key.nodeid)}</td>"
         f'<td class="num">{len(t.medians)}</td><td>{escape(_counts(t.notes)) or "none"}</td>'
@@ -372,7 +359,7 @@ def _mode_rows(tracks: Sequence[_Track], found: Sequence[Change]) -> list[str]:
 LIST_LEFT_OUT = 25
 
 
-def _left_out_list(tracks: Sequence[_Track], data: _Data, repo_url: str | None) -> str:
+def _left_out_list(tracks: Sequence[Series], data: _Data, repo_url: str | None) -> str:
     """The sessions of a chart left out of change points (its hollow rings): mode, commit, start, median and why;
     ``""`` where none is."""
     items = sorted((p, t.key.mode or "-", m, note) for t in tracks
@@ -398,9 +385,9 @@ def _change_rows(found: Sequence[Change], repo_url: str | None) -> list[str]:
     ]
 
 
-def _test_page(test: str, tracks: Sequence[_Track], data: _Data, repo_url: str | None) -> str:
+def _test_page(test: str, tracks: Sequence[Series], data: _Data, repo_url: str | None) -> str:
     """One test's page: a section per measurement key and device with its chart and tables."""
-    groups: dict[tuple[str, str], list[_Track]] = {}
+    groups: dict[tuple[str, str], list[Series]] = {}
     for t in tracks:
         groups.setdefault((t.key.key, t.device), []).append(t)
     body = [f"<h1><code>{escape(test)}</code></h1>"]
@@ -502,19 +489,18 @@ def _write(folder: Path, pages: Iterable[tuple[str, Callable[[], str]]],
     return names
 
 
-def publish(store: Store, out_dir: Path, *, branch: str | None, repo_url: str | None = None,
-            progress: Callable[[int, int], None] | None = None, include_dirty: bool = False,
-            chain: Sequence[str] = ()) -> list[Path]:
-    """Write the site of ``store``'s ``branch`` (None: every branch) into ``out_dir``, replacing it whole; the files
+def publish(store: Store, history: History, found: Sequence[Change], out_dir: Path, *,
+            repo_url: str | None = None, progress: Callable[[int, int], None] | None = None) -> list[Path]:
+    """Write the site of ``history`` and its change points ``found`` (:func:`~.analysis.analysed`; ``store``, of
+    which the history was read, gives the fleet matrix its records) into ``out_dir``, replacing it whole; the files
     written (``index.html`` first, then the test pages, ``fleet.html`` and ``fleet.json``). ``progress(done,
-    total)`` is called after each file. ``include_dirty`` and ``chain`` as :func:`~.analysis.histories` takes them
-    (sessions of uncommitted changes count; git's first-parent history orders the commits). ValueError where
-    ``out_dir`` is not a new, empty or published site folder; on any error the old site stays."""
+    total)`` is called after each file. ValueError where ``out_dir`` is not a new, empty or published site folder;
+    on any error the old site stays."""
     out_dir = Path(out_dir)
     _check_target(out_dir)
-    data = _load(store, branch, include_dirty, chain)
-    matrix = fleet_matrix(store, branch)
-    by_test: dict[str, list[_Track]] = {}
+    data = _Data(history, tuple(found))
+    matrix = fleet_matrix(store, history)
+    by_test: dict[str, list[Series]] = {}
     for t in data.tracks:
         by_test.setdefault(t.key.test, []).append(t)
     pages = {test: page_name(test) for test in sorted(by_test)}

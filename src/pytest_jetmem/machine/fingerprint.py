@@ -8,6 +8,7 @@ bind mounts, say) is recorded as unknown, never guessed, and a comparison names 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from collections.abc import Callable, Mapping
@@ -153,10 +154,11 @@ class Machine:
         driver, JetPack and power-mode changes, so that the step such a change causes is seen."""
         return f"{self.device_name} (sm_{self.compute_capability.replace('.', '')})"
 
-    @property
+    @functools.cached_property
     def machine_class(self) -> str:
         """The machine class: 12 hex digits of a hash of :meth:`fingerprint` (equal classes: comparable timings).
-        A driver, JetPack, power-mode or clock-locking change starts a new class by itself."""
+        A driver, JetPack, power-mode or clock-locking change starts a new class by itself. Made once per value
+        (a history asks it of every session of every series)."""
         text = json.dumps(self.fingerprint(), sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(text.encode()).hexdigest()[:12]
 

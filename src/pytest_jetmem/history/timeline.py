@@ -1,0 +1,139 @@
+"""A branch's history, read once: its sessions in commit order, every series per device with its points, and the
+acknowledgements. Each command of ``pytest-jetmem history`` reads one :class:`History` (:func:`read_history`) and
+hands the same value to what it does (change points, ``show``, ``export``, the site, the fleet matrix).
+
+A series is one measured thing (test, memory mode, label, scope) on one device, over the sessions of the branch in
+commit order (:func:`~.model.commit_order`), each session's median one point: the session is the unit of noise, as
+in the gate. GPU-free and pytest-free.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from pytest_jetmem.history.model import Ack, Points, SeriesKey, SessionRow, commit_order
+from pytest_jetmem.history.store import Store
+
+__all__ = ["History", "Series", "commit_of", "read_history"]
+
+
+def commit_of(row: SessionRow) -> str:
+    """The commit of a session (a session of an unknown commit is a commit of its own)."""
+    return row.context.commit or f"session:{row.uid}"
+
+
+@dataclass(frozen=True)
+class Series:
+    """The points of one series on one device: its sessions in commit order (``places``: their places among the
+    history's sessions), their medians and MADs (ms), and per session whether it counts for change points:
+    ``left_out`` (uncommitted changes, unless asked for; a 0 ms median) and ``outlier`` (an outlying session,
+    :func:`~pytest_jetmem.measure.changepoints.outliers`; empty until :func:`~.analysis.analysed` marks them)."""
+
+    key: SeriesKey
+    device: str
+    sessions: tuple[SessionRow, ...]
+    medians: tuple[float, ...]
+    mads: tuple[float, ...]
+    left_out: tuple[bool, ...] = ()
+    outlier: tuple[bool, ...] = ()
+    places: tuple[int, ...] = ()
+
+    @property
+    def name(self) -> str:
+        """``nodeid key on device``."""
+        return f"{self.key.name} on {self.device}"
+
+    def note(self, i: int) -> str:
+        """Why session ``i`` does not count (``""`` where it does)."""
+        if self.left_out and self.left_out[i]:
+            return "uncommitted changes: left out" if self.sessions[i].context.dirty else "0 ms: left out"
+        return "outlier: left out" if self.outlier and self.outlier[i] else ""
+
+    @functools.cached_property
+    def notes(self) -> tuple[str, ...]:
+        """:meth:`note` of every session."""
+        return tuple(self.note(i) for i in range(len(self.sessions)))
+
+    def uncounted(self) -> list[int]:
+        """The indices of the sessions that do not count for change points."""
+        return [i for i, note in enumerate(self.notes) if note]
+
+    def commits(self) -> list[str]:
+        """Each session's commit (:func:`commit_of`)."""
+        return [commit_of(row) for row in self.sessions]
+
+
+@dataclass(frozen=True, eq=False)
+class History:
+    """What a command reads of a store: ``branch``'s sessions in commit order (None: every branch), every series
+    of them per device (sorted by name, then device) and the acknowledgements."""
+
+    branch: str | None
+    sessions: tuple[SessionRow, ...]
+    series: tuple[Series, ...]
+    acks: tuple[Ack, ...]
+    place: Mapping[str, int] = field(default_factory=dict)  # a session's uid -> its place in ``sessions``
+
+    @functools.cached_property
+    def classes(self) -> tuple[str, ...]:
+        """The machine class of each session, in commit order."""
+        return tuple(row.machine.machine_class for row in self.sessions)
+
+    @functools.cached_property
+    def modes(self) -> tuple[str, ...]:
+        """Every memory mode of the series, sorted."""
+        return tuple(sorted({s.key.mode for s in self.series}))
+
+
+def read_history(store: Store, branch: str | None, *, include_dirty: bool = False,
+                 chain: Sequence[str] = ()) -> History:
+    """``branch``'s history (None: every branch), read from ``store`` once: sessions in commit order
+    (:func:`~.model.commit_order` with git's first-parent ``chain`` where given), every series per device with
+    the sessions left out marked (uncommitted changes unless ``include_dirty``, 0 ms); outliers are marked by
+    :func:`~.analysis.analysed`, with the change points."""
+    rows = tuple(commit_order(store.sessions(branch=branch), chain))
+    names = store.series()
+    series = [_left_out(s, include_dirty) for s in _series_of(rows, names, store.points(branch=branch))]
+    series.sort(key=lambda s: (s.key.name, s.device))
+    return History(branch, rows, tuple(series), tuple(store.acks()), {row.uid: i for i, row in enumerate(rows)})
+
+
+def _series_of(rows: Sequence[SessionRow], names: Mapping[int, SeriesKey], points: Points) -> list[Series]:
+    """The points grouped per series and device, each group in commit order (columns sorted at once)."""
+    if not rows or not len(points):
+        return []
+    ids = np.array([row.id for row in rows], dtype=np.int64)
+    place = np.full(int(max(ids.max(), points.session_id.max())) + 1, -1, dtype=np.int64)
+    place[ids] = np.arange(ids.size)
+    at = place[points.session_id]
+    keep = at >= 0
+    devices = {name: k for k, name in enumerate(sorted({row.machine.device for row in rows}))}
+    device_names = sorted(devices, key=devices.__getitem__)
+    device_of = np.array([devices[row.machine.device] for row in rows], dtype=np.int64)
+    at, series_id = at[keep], points.series_id[keep]
+    medians, mads, device = points.median[keep], points.mad[keep], device_of[at]
+    order = np.lexsort((at, device, series_id))
+    at, series_id, device, medians, mads = at[order], series_id[order], device[order], medians[order], mads[order]
+    starts = np.flatnonzero(np.r_[True, (series_id[1:] != series_id[:-1]) | (device[1:] != device[:-1])])
+    ends = np.r_[starts[1:], at.size]
+    places, med, mad = at.tolist(), medians.tolist(), mads.tolist()
+    return [Series(names[int(series_id[a])], device_names[int(device[a])], tuple(rows[p] for p in places[a:b]),
+                   tuple(med[a:b]), tuple(mad[a:b]), places=tuple(places[a:b]))
+            for a, b in zip(starts.tolist(), ends.tolist(), strict=True)]
+
+
+def _left_out(series: Series, include_dirty: bool) -> Series:
+    """``series`` with the sessions that are left out marked: uncommitted changes (unless ``include_dirty``), 0 ms."""
+    left = tuple(m <= 0 or (bool(r.context.dirty) and not include_dirty)
+                 for r, m in zip(series.sessions, series.medians, strict=True))
+    return replace(series, left_out=left)
+
+
+def positive(medians: Sequence[float]) -> list[float]:
+    """The medians with each one of 0 ms (left out) replaced by a positive stand-in, as the detector needs."""
+    stand_in = next((m for m in medians if m > 0), 1.0)
+    return [m if m > 0 else stand_in for m in medians]

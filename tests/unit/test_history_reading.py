@@ -1,0 +1,181 @@
+"""One reading of the history: a command reads the store once (``publish``: one read each of the sessions, the
+series, the points and the acknowledgements, and the records only of the sessions the fleet matrix advises from);
+the series come out grouped per device in commit order; their change points are the same found here, in forked
+processes, or from the cache of detections, which is keyed by everything the detector reads and never serves
+another input's result."""
+
+from __future__ import annotations
+
+import io
+import sqlite3
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from history_sessions import H100, ORIN, session
+from pytest_jetmem.cli import main
+from pytest_jetmem.history import detections as detections_module
+from pytest_jetmem.history.analysis import analysed
+from pytest_jetmem.history.detection_cache import DetectionCache, cache_dir, detection_key, open_cache
+from pytest_jetmem.history.store import Store, open_store
+from pytest_jetmem.history.timeline import read_history
+from pytest_jetmem.measure import changepoints
+
+UPGRADED = replace(ORIN, driver_version=12080, l4t_release="36.5.0")
+
+
+def _build(path: Path, n: int = 40) -> None:
+    """Commits 0..n-1 on an Orin and an H100: 10% slower from commit 20, the Orin upgraded at 30 (20% slower again);
+    a session of a feature branch."""
+    with open_store(str(path)) as store:
+        for seed in range(n):
+            machine, step = (UPGRADED, 1.10 * 1.20) if seed >= 30 else (ORIN, 1.10)
+            store.add(session(seed, step_at=20, step=step, machine=machine))
+            h = session(seed, step_at=20, step=1.10, machine=H100)
+            store.add(replace(h, uid=f"h100-{seed}"))
+        store.add(replace(session(100, branch="feature"), uid="feature-100"))
+
+
+@pytest.fixture
+def store_path(tmp_path: Path) -> Path:
+    path = tmp_path / "h.sqlite"
+    _build(path)
+    return path
+
+
+@pytest.fixture
+def store(store_path: Path) -> Iterator[Store]:
+    with open_store(str(store_path), create=False) as s:
+        yield s
+
+
+def test_a_history_groups_the_points_per_series_and_device_in_commit_order(store: Store) -> None:
+    history = read_history(store, "main")
+    assert [row.context.branch for row in history.sessions] == ["main"] * 80
+    assert len(history.series) == 4 * 3 * 2  # tests x modes x devices
+    assert [(s.key.name, s.device) for s in history.series] == sorted((s.key.name, s.device) for s in history.series)
+    for one in history.series:
+        assert [history.sessions[p] for p in one.places] == list(one.sessions)
+        assert list(one.places) == sorted(one.places) and len(one.places) == 40
+        assert {row.machine.device for row in one.sessions} == {one.device}
+        assert one.left_out == (False,) * 40 and one.outlier == ()  # analysed() marks outliers
+    points = {(row.uid, s.key.name): m for s in history.series for row, m in zip(s.sessions, s.medians, strict=True)}
+    for row in history.sessions[:3]:
+        for record in store.records(row.id):
+            name = f"{record.identity.nodeid} {record.identity.label or 'measure'}:{record.identity.scope}"
+            assert points[(row.uid, name)] == record.statistics.median
+    assert [s.places for s in read_history(store, "feature").series] == [(0,)] * 12
+
+
+def test_publish_reads_the_store_once(store_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: Counter[str] = Counter()
+    for name in ("branches", "sessions", "series", "points", "acks", "records", "samples", "reported"):
+        real = getattr(Store, name)
+
+        def counted(self: Store, *args: Any, _real: Any = real, _name: str = name, **kwargs: Any) -> Any:
+            calls[_name] += 1
+            return _real(self, *args, **kwargs)
+
+        monkeypatch.setattr(Store, name, counted)
+    out = io.StringIO()
+    assert main(["history", "publish", str(tmp_path / "site"), "--store", str(store_path)], out) == 0
+    classes = 3  # the Orin before and after its upgrade, the H100: the fleet matrix advises from one session each
+    assert calls == {"branches": 1, "sessions": 1, "series": 1, "points": 1, "acks": 1, "records": classes}
+
+
+def test_the_change_points_found_in_forked_processes_are_those_found_here(store: Store) -> None:
+    history = read_history(store, "main")
+    here_history, here = analysed(history, workers=1)
+    forked_history, forked = analysed(history, workers=2)
+    assert here and forked == here
+    assert forked_history.series == here_history.series
+    assert any("driver_version" in " ".join(c.cause) for c in here)
+
+
+def test_the_cache_serves_an_unchanged_series_and_detects_a_changed_one(
+    store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    history = read_history(store, "main")
+    cache = DetectionCache(tmp_path / "cache" / "changepoints.sqlite")
+    first_history, first = analysed(history, cache=cache)
+    ran: list[int] = []
+    real = changepoints.analyse
+
+    def counted(values: Any, **kwargs: Any) -> changepoints.Detection:
+        ran.append(len(values))
+        return real(values, **kwargs)
+
+    monkeypatch.setattr(detections_module, "analyse", counted)
+    again_history, again = analysed(history, cache=cache)
+    assert again == first and again_history.series == first_history.series
+    assert ran == []  # every series from the cache
+    one = history.series[0]
+    changed = replace(history, series=(replace(one, medians=(one.medians[0] * 1.5, *one.medians[1:])),
+                                       *history.series[1:]))
+    analysed(changed, cache=cache)
+    assert ran == [40]  # only the series that changed
+    cache.close()
+
+
+def test_the_key_is_everything_the_detector_reads() -> None:
+    values, groups, classes = [1.0, 1.1, 1.2, 1.3], ["a", "a", "b", "c"], ["x", "x", "x", "y"]
+    key = detection_key(values, groups, classes, None)
+    assert detection_key(list(values), ["p", "p", "q", "r"], ["u", "u", "u", "v"], None) == key  # where they change
+    others = [detection_key([1.0, 1.1, 1.2, 1.3000000000000003], groups, classes, None),
+              detection_key(values, ["a", "b", "b", "c"], classes, None),
+              detection_key(values, groups, ["x", "x", "y", "y"], None),
+              detection_key(values, groups, classes, [False, True, False, False]),
+              detection_key(values, groups, classes, [False] * 4)]
+    assert len({key, *others}) == 6
+
+
+def test_a_damaged_or_unwritable_cache_costs_time_not_a_result(
+    store: Store, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    history = read_history(store, "main")
+    _, plain = analysed(history)
+    damaged = tmp_path / "damaged.sqlite"
+    damaged.write_bytes(b"this is not a database" * 100)
+    assert analysed(history, cache=DetectionCache(damaged))[1] == plain
+    assert "change-point cache" in capsys.readouterr().err
+    below_a_file = tmp_path / "a-file"
+    below_a_file.write_text("")
+    assert analysed(history, cache=DetectionCache(below_a_file / "changepoints.sqlite"))[1] == plain
+    err = capsys.readouterr().err
+    assert f"change-point cache {below_a_file / 'changepoints.sqlite'} not used" in err and err.count("\n") == 1
+    kept = tmp_path / "kept.sqlite"
+    cache = DetectionCache(kept)
+    analysed(history, cache=cache)
+    cache.close()
+    with sqlite3.connect(kept) as conn:
+        conn.execute("UPDATE detections SET result = 'not json'")
+    cache = DetectionCache(kept)
+    assert analysed(history, cache=cache)[1] == plain  # an entry that cannot be read is detected again
+    cache.close()
+
+
+def test_the_cache_folder_follows_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("JETMEM_CACHE_DIR", "off")
+    assert cache_dir() is None and open_cache().path is None
+    monkeypatch.setenv("JETMEM_CACHE_DIR", str(tmp_path / "c"))
+    assert open_cache().path == tmp_path / "c" / "changepoints.sqlite"
+    monkeypatch.setenv("JETMEM_CACHE_DIR", "")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert cache_dir() == tmp_path / "xdg" / "pytest-jetmem"
+
+
+def test_the_command_line_keeps_detections_in_the_cache_folder(
+    store_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("JETMEM_CACHE_DIR", str(tmp_path / "c"))
+    first = io.StringIO()
+    assert main(["history", "regressions", "--store", str(store_path)], first) == 1
+    with sqlite3.connect(tmp_path / "c" / "changepoints.sqlite") as conn:
+        assert conn.execute("SELECT count(*) FROM detections").fetchone()[0] == 24
+    again = io.StringIO()
+    assert main(["history", "regressions", "--store", str(store_path)], again) == 1
+    assert again.getvalue() == first.getvalue()
