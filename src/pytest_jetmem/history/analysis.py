@@ -12,6 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+import numpy as np
+
 from pytest_jetmem.history.context import git_output
 from pytest_jetmem.history.detection_cache import DetectionCache
 from pytest_jetmem.history.detections import detections
@@ -74,6 +76,11 @@ def _near(one: Series, cp: ChangePoint, firsts: list[int]) -> str:
     return ""
 
 
+def _firsts(commits: np.ndarray) -> list[int]:
+    """The index of each commit's first session (``commits``: each session's commit number, in order)."""
+    return np.flatnonzero(np.concatenate(([True], commits[1:] != commits[:-1]))).tolist() if commits.size else []
+
+
 def analysed(history: History, *, workers: int | None = None,
              cache: DetectionCache | None = None) -> tuple[History, list[Change]]:
     """``history`` with its outlying sessions marked, and the change points of its series, acknowledged ones
@@ -81,12 +88,10 @@ def analysed(history: History, *, workers: int | None = None,
     acks = {(a.series, a.device, a.session_uid): a for a in history.acks}
     found: list[Change] = []
     marked: list[Series] = []
-    for one, detection in zip(history.series, detections(history.series, workers=workers, cache=cache),
-                              strict=True):
+    for one, detection in zip(history.series, detections(history, workers=workers, cache=cache), strict=True):
         odd = set(detection.outliers)
         marked.append(replace(one, outlier=tuple(i in odd for i in range(len(one.sessions)))))
-        commits = one.commits()
-        firsts = [i for i in range(len(commits)) if i == 0 or commits[i] != commits[i - 1]]
+        firsts = _firsts(history.commit_numbers[np.asarray(one.places, dtype=np.int64)])
         for cp in detection.changes:
             before, after = one.sessions[cp.before_index], one.sessions[cp.index]
             ack = acks.get((one.key, one.device, after.uid))
@@ -114,7 +119,8 @@ def unreported(found: Sequence[Change], series: Sequence[Series], reported: Sequ
     """The change points of ``found`` that no ``reported`` one of the same series and device lies within
     :data:`REPORT_REACH` commits of (``series``: what they were found in). A change point reported once stays
     reported while later sessions move it by a commit or two."""
-    places = {(one.key, one.device): _places(one) for one in series}
+    wanted = {(r.series, r.device) for r in reported} & {(c.series, c.device) for c in found}
+    places = {(one.key, one.device): _places(one) for one in series if (one.key, one.device) in wanted}
     marks: dict[tuple[SeriesKey, str], list[int]] = {}
     for r in reported:
         at = places.get((r.series, r.device), {}).get(r.session_uid)

@@ -49,8 +49,10 @@ _CODE = _code_digest()
 
 def _codes(labels: Sequence[object]) -> np.ndarray:
     """Each label's run number: where ``labels`` changes from one point to the next is all the detector reads."""
-    starts = [True] + [labels[i] != labels[i - 1] for i in range(1, len(labels))]
-    return np.cumsum(np.array(starts, dtype=np.int64)) if labels else np.zeros(0, dtype=np.int64)
+    arr = np.asarray(labels)
+    if not arr.size:
+        return np.zeros(0, dtype=np.int64)
+    return np.cumsum(np.concatenate(([True], arr[1:] != arr[:-1])), dtype=np.int64)
 
 
 def detection_key(values: Sequence[float], groups: Sequence[object], classes: Sequence[object],
@@ -115,9 +117,12 @@ class DetectionCache:
                 for key, result in rows:
                     with contextlib.suppress(ValueError, TypeError):
                         found[key] = _load(result)
-            if found:
-                now = time.time()
-                self._conn.executemany("UPDATE detections SET used = ? WHERE key = ?", [(now, k) for k in found])
+            now = time.time()
+            stale = [(now, k, now - 86400.0) for k in found]
+            if stale:  # marked used, at most once a day (one transaction)
+                with self._conn:
+                    self._conn.execute("BEGIN IMMEDIATE")
+                    self._conn.executemany("UPDATE detections SET used = ? WHERE key = ? AND used < ?", stale)
         except sqlite3.Error as exc:
             self._off(exc)
         return found

@@ -13,8 +13,10 @@ import os
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 
+import numpy as np
+
 from pytest_jetmem.history.detection_cache import DetectionCache, detection_key
-from pytest_jetmem.history.timeline import Series, positive
+from pytest_jetmem.history.timeline import History, Series, positive
 from pytest_jetmem.measure.changepoints import Detection, analyse
 
 __all__ = ["PARALLEL_POINTS", "detections"]
@@ -22,14 +24,16 @@ __all__ = ["PARALLEL_POINTS", "detections"]
 #: Series to detect holding at least this many points in all are shared out among processes, one per CPU.
 PARALLEL_POINTS = 200_000
 
-_Job = tuple[list[float], list[str], list[str], "list[bool] | None"]
+_Job = tuple[list[float], list[int], list[int], "list[bool] | None"]
 _JOBS: list[_Job] = []  # the work of the forked processes, set while they run
 
 
-def _job(one: Series) -> _Job:
-    """What the detector is given of ``one``: its medians (0 ms stood in for), commits, classes, left-out marks."""
-    return (positive(one.medians), one.commits(), [row.machine.machine_class for row in one.sessions],
-            list(one.left_out) or None)
+def _job(one: Series, history: History) -> _Job:
+    """What the detector is given of ``one``: its medians (0 ms stood in for), commits and machine classes (as
+    numbers), left-out marks."""
+    places = np.asarray(one.places, dtype=np.int64)
+    return (positive(one.medians), history.commit_numbers[places].tolist(),
+            history.class_numbers[places].tolist(), list(one.left_out) or None)
 
 
 def _detect(job: _Job | int) -> Detection:
@@ -51,12 +55,12 @@ def _run(jobs: Sequence[_Job], workers: int) -> list[Detection]:
         _JOBS = []
 
 
-def detections(series: Sequence[Series], *, workers: int | None = None,
+def detections(history: History, *, workers: int | None = None,
                cache: DetectionCache | None = None) -> list[Detection]:
-    """:func:`~pytest_jetmem.measure.changepoints.analyse` of each of ``series``: those ``cache`` holds from it,
-    the rest detected in ``workers`` processes (None: one per CPU where they hold :data:`PARALLEL_POINTS` points
-    or more, else here) and kept in it."""
-    jobs = [_job(one) for one in series]
+    """:func:`~pytest_jetmem.measure.changepoints.analyse` of each of the history's series: those ``cache`` holds
+    from it, the rest detected in ``workers`` processes (None: one per CPU where they hold :data:`PARALLEL_POINTS`
+    points or more, else here) and kept in it."""
+    jobs = [_job(one, history) for one in history.series]
     keys = [detection_key(*job) for job in jobs] if cache is not None else []
     known = cache.get(keys) if cache is not None else {}
     todo = [i for i in range(len(jobs)) if not keys or keys[i] not in known]

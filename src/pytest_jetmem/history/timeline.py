@@ -10,8 +10,9 @@ in the gate. GPU-free and pytest-free.
 from __future__ import annotations
 
 import functools
+import operator
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -62,9 +63,13 @@ class Series:
         """The indices of the sessions that do not count for change points."""
         return [i for i, note in enumerate(self.notes) if note]
 
-    def commits(self) -> list[str]:
+    def commits(self) -> tuple[str, ...]:
         """Each session's commit (:func:`commit_of`)."""
-        return [commit_of(row) for row in self.sessions]
+        return self._commits
+
+    @functools.cached_property
+    def _commits(self) -> tuple[str, ...]:
+        return tuple(commit_of(row) for row in self.sessions)
 
 
 @dataclass(frozen=True, eq=False)
@@ -88,6 +93,22 @@ class History:
         """Every memory mode of the series, sorted."""
         return tuple(sorted({s.key.mode for s in self.series}))
 
+    @functools.cached_property
+    def commit_numbers(self) -> np.ndarray:
+        """Each session's commit as a number (sessions of one commit, which are neighbours, share one)."""
+        return _numbers([commit_of(row) for row in self.sessions])
+
+    @functools.cached_property
+    def class_numbers(self) -> np.ndarray:
+        """Each session's machine class as a number."""
+        return _numbers(list(self.classes))
+
+
+def _numbers(labels: Sequence[str]) -> np.ndarray:
+    """Each label's number in order of first appearance (equal labels, equal numbers)."""
+    seen: dict[str, int] = {}
+    return np.array([seen.setdefault(label, len(seen)) for label in labels], dtype=np.int64)
+
 
 def read_history(store: Store, branch: str | None, *, include_dirty: bool = False,
                  chain: Sequence[str] = ()) -> History:
@@ -97,13 +118,15 @@ def read_history(store: Store, branch: str | None, *, include_dirty: bool = Fals
     :func:`~.analysis.analysed`, with the change points."""
     rows = tuple(commit_order(store.sessions(branch=branch), chain))
     names = store.series()
-    series = [_left_out(s, include_dirty) for s in _series_of(rows, names, store.points(branch=branch))]
+    series = _series_of(rows, names, store.points(branch=branch), include_dirty)
     series.sort(key=lambda s: (s.key.name, s.device))
     return History(branch, rows, tuple(series), tuple(store.acks()), {row.uid: i for i, row in enumerate(rows)})
 
 
-def _series_of(rows: Sequence[SessionRow], names: Mapping[int, SeriesKey], points: Points) -> list[Series]:
-    """The points grouped per series and device, each group in commit order (columns sorted at once)."""
+def _series_of(rows: Sequence[SessionRow], names: Mapping[int, SeriesKey], points: Points,
+               include_dirty: bool) -> list[Series]:
+    """The points grouped per series and device, each group in commit order (columns sorted at once), the
+    sessions left out marked: uncommitted changes (unless ``include_dirty``), 0 ms."""
     if not rows or not len(points):
         return []
     ids = np.array([row.id for row in rows], dtype=np.int64)
@@ -120,17 +143,20 @@ def _series_of(rows: Sequence[SessionRow], names: Mapping[int, SeriesKey], point
     at, series_id, device, medians, mads = at[order], series_id[order], device[order], medians[order], mads[order]
     starts = np.flatnonzero(np.r_[True, (series_id[1:] != series_id[:-1]) | (device[1:] != device[:-1])])
     ends = np.r_[starts[1:], at.size]
+    dirty = np.array([bool(row.context.dirty) and not include_dirty for row in rows], dtype=bool)
+    left = (dirty[at] | (medians <= 0)).tolist()
     places, med, mad = at.tolist(), medians.tolist(), mads.tolist()
-    return [Series(names[int(series_id[a])], device_names[int(device[a])], tuple(rows[p] for p in places[a:b]),
-                   tuple(med[a:b]), tuple(mad[a:b]), places=tuple(places[a:b]))
+    return [Series(names[int(series_id[a])], device_names[int(device[a])], _pick(rows, places[a:b]),
+                   tuple(med[a:b]), tuple(mad[a:b]), tuple(left[a:b]), places=tuple(places[a:b]))
             for a, b in zip(starts.tolist(), ends.tolist(), strict=True)]
 
 
-def _left_out(series: Series, include_dirty: bool) -> Series:
-    """``series`` with the sessions that are left out marked: uncommitted changes (unless ``include_dirty``), 0 ms."""
-    left = tuple(m <= 0 or (bool(r.context.dirty) and not include_dirty)
-                 for r, m in zip(series.sessions, series.medians, strict=True))
-    return replace(series, left_out=left)
+def _pick(rows: Sequence[SessionRow], places: Sequence[int]) -> tuple[SessionRow, ...]:
+    """``rows`` at ``places``, as a tuple."""
+    if len(places) == 1:
+        return (rows[places[0]],)
+    picked: tuple[SessionRow, ...] = operator.itemgetter(*places)(rows)
+    return picked
 
 
 def positive(medians: Sequence[float]) -> list[float]:
