@@ -179,3 +179,44 @@ def test_the_command_line_keeps_detections_in_the_cache_folder(
     again = io.StringIO()
     assert main(["history", "regressions", "--store", str(store_path)], again) == 1
     assert again.getvalue() == first.getvalue()
+
+
+def test_the_compare_reference_reads_samples_and_only_the_records_of_each_keys_newest_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The reference's entries are those the sessions' records give (every run's samples, the newest run's first
+    call and clocks), also for a test the newest session did not measure; records are read only where a key's
+    newest run is."""
+    from pytest_jetmem.history.reference import reference_baseline
+    from pytest_jetmem.measure.baseline import entry_key
+
+    path = tmp_path / "h.sqlite"
+    with open_store(str(path)) as store:
+        for seed in range(5):
+            s = session(seed, tests=4 if seed < 3 else 2)  # tests 2 and 3 last measured by session 2
+            store.add(s)
+    read: list[int] = []
+    real = Store.records
+
+    def counted(self: Store, session_id: int) -> Any:
+        read.append(session_id)
+        return real(self, session_id)
+
+    monkeypatch.setattr(Store, "records", counted)
+    base = reference_baseline(str(path), "--jetmem-store", "main", ORIN, 10, base=tmp_path)
+    monkeypatch.undo()
+    with open_store(str(path), create=False) as store:
+        rows = sorted(store.sessions(), key=lambda r: r.uid)
+        by_session = [(row, store.records(row.id)) for row in rows]
+    assert sorted(read) == sorted({rows[2].id, rows[4].id})
+    expected: dict[str, list[Any]] = {}
+    for row, records in by_session:
+        for r in records:
+            expected.setdefault(entry_key(r.nodeid, r.mode, r.key), []).append((row.uid, r))
+    assert list(base.entries) == list(expected)
+    for key, taken in expected.items():
+        entry, newest = base.entries[key], taken[-1][1]
+        assert entry.runs == tuple(r.statistics.samples for _, r in taken)
+        assert entry.run_sessions == tuple(uid for uid, _ in taken)
+        assert entry.first_call_ms == newest.statistics.first_call_ms
+        assert (entry.nodeid, entry.mode) == (newest.nodeid, newest.mode)

@@ -42,24 +42,32 @@ def _why_none(store: Store, branch: str, machine: Machine) -> str:
             f"{machine.device} ran on another class ({'; '.join(changed)}); a new class starts with this session")
 
 
-def _entries(per_session: list[tuple[str, list[MeasurementRecord]]]) -> dict[str, Entry]:
-    runs: dict[str, list[tuple[str, MeasurementRecord]]] = {}
-    for uid, records in per_session:
-        for r in records:
-            if r.statistics.samples:
-                runs.setdefault(entry_key(r.nodeid, r.mode, r.key), []).append((uid, r))
+def _entries(store: Store, rows: list[SessionRow]) -> dict[str, Entry]:
+    """The baseline entries of ``rows`` (oldest first): each key's samples per session, and the newest run's record
+    (its first call and clocks). Only the records of the sessions that hold a key's newest run are read; the rest
+    are read as samples."""
+    names = store.series()
+    runs: dict[str, list[tuple[SessionRow, tuple[float, ...]]]] = {}
+    for row in rows:
+        for series_id, samples in store.session_samples(row.id).items():
+            if samples:
+                k = names[series_id]
+                runs.setdefault(entry_key(k.nodeid, k.mode, k.key), []).append((row, samples))
+    records: dict[int, dict[str, MeasurementRecord]] = {}
+    for row in {taken[-1][0].id: taken[-1][0] for taken in runs.values()}.values():
+        records[row.id] = {entry_key(r.nodeid, r.mode, r.key): r for r in store.records(row.id)}
     entries: dict[str, Entry] = {}
     for key, taken in runs.items():
-        newest = taken[-1][1]
+        newest = records[taken[-1][0].id][key]
         clocks = newest.conditions.clocks
         entries[key] = Entry(
             newest.nodeid,
             newest.mode,
             newest.key,
-            tuple(v for _, r in taken for v in r.statistics.samples),
+            tuple(v for _, samples in taken for v in samples),
             newest.statistics.first_call_ms,
-            runs=tuple(r.statistics.samples for _, r in taken),
-            run_sessions=tuple(uid for uid, _ in taken),
+            runs=tuple(samples for _, samples in taken),
+            run_sessions=tuple(row.uid for row, _ in taken),
             sm_mhz=clocks.median_mhz if clocks is not None else None,
         )
     return entries
@@ -86,7 +94,7 @@ def reference_baseline(
             rows = reference_sessions(store, branch, machine, window)
             if not rows:
                 raise BaselineNotFound(store.url, _why_none(store, branch, machine))
-            entries = _entries([(row.uid, store.records(row.id)) for row in rows])
+            entries = _entries(store, rows)
         except StoreError as exc:  # a damaged measurement, a server gone mid-read
             raise BaselineError(exc.url, f"{source}: {exc.reason}") from None
     newest = rows[-1]

@@ -601,6 +601,13 @@ class Store:
         )
         return {int(sid): self._samples_of(int(sid), series_id, blob) for sid, blob in rows}
 
+    def session_samples(self, session_id: int) -> dict[int, tuple[float, ...]]:
+        """The samples of every series session ``session_id`` measured, by series id (without the records);
+        StoreError DAMAGED for samples that cannot be decoded."""
+        rows = self._rows("SELECT series_id, samples FROM jetmem_measurements WHERE session_id = ? ORDER BY series_id",
+                          (session_id,))
+        return {int(series_id): self._samples_of(session_id, int(series_id), blob) for series_id, blob in rows}
+
     def _samples_of(self, session_id: int, series_id: int, blob: Any) -> tuple[float, ...]:
         try:
             return unpack_samples(blob)
