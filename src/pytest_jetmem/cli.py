@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn, TextIO
 
 from pytest_jetmem.errors import BaselineError, RecordError, StoreError
+from pytest_jetmem.history.location import DEFAULT_PATH
 
 if TYPE_CHECKING:
     from pytest_jetmem.history.analysis import Change
@@ -36,7 +37,6 @@ __all__ = ["main"]
 
 USAGE_ERROR = 4
 FOUND = 1
-DEFAULT_STORE = ".jetmem/history.sqlite"
 
 
 class _UsageError(Exception):
@@ -58,7 +58,7 @@ def _parser() -> argparse.ArgumentParser:
     def common(p: argparse.ArgumentParser, branch: bool = True, dirty: bool = True) -> None:
         p.add_argument("--store", metavar="URL",
                        help="the results store (default: as pytest finds it: $JETMEM_STORE, else the ini key "
-                       f"jetmem_store of the rootdir's configuration, else {DEFAULT_STORE} under the rootdir)")
+                       f"jetmem_store of the rootdir's configuration, else {DEFAULT_PATH} under the rootdir)")
         if branch:
             p.add_argument("--branch", help="the branch whose history is read (default: the default branch)")
         if dirty:

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from pytest_jetmem.history.store import DEFAULT_PATH
+from pytest_jetmem.history.location import DEFAULT_PATH
 
 if sys.version_info >= (3, 11):
     import tomllib

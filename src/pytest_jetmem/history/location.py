@@ -16,7 +16,10 @@ from pathlib import Path
 
 from pytest_jetmem.errors import StoreError, StoreErrorKind
 
-__all__ = ["Location", "hidden", "masked", "parse_location"]
+__all__ = ["DEFAULT_PATH", "Location", "hidden", "masked", "parse_location"]
+
+#: Where ``--jetmem-store`` given bare keeps its SQLite database (under the rootdir); the one place it is written.
+DEFAULT_PATH = ".jetmem/history.sqlite"
 
 _LIBPQ_KEYWORDS = (
     "host", "hostaddr", "port", "dbname", "user", "password", "passfile", "require_auth", "channel_binding",

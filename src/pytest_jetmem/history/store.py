@@ -34,7 +34,7 @@ from typing import Any, Protocol, TypeVar
 from pytest_jetmem.errors import StoreError, StoreErrorKind
 from pytest_jetmem.history.codec import pack_record, pack_samples, unpack_record, unpack_samples
 from pytest_jetmem.history.context import SessionContext, utc_iso
-from pytest_jetmem.history.location import Location, hidden, parse_location
+from pytest_jetmem.history.location import DEFAULT_PATH, Location, hidden, parse_location
 from pytest_jetmem.history.model import Ack, Points, Reported, SeriesKey, SessionRow, StoredSession
 from pytest_jetmem.history.pgcopy import points_of_copy
 from pytest_jetmem.history.schema import DIALECTS, MIGRATIONS, SCHEMA_VERSION, Dialect
@@ -43,8 +43,6 @@ from pytest_jetmem.measure.record import MeasurementRecord
 
 __all__ = ["DEFAULT_PATH", "SESSION_TABLES", "Location", "Store", "open_store", "parse_location"]
 
-#: Where ``--jetmem-store`` given bare keeps its SQLite database (under the rootdir).
-DEFAULT_PATH = ".jetmem/history.sqlite"
 #: How long a SQLite writer waits for another's write lock, in seconds.
 LOCK_WAIT_S = 120.0
 #: PostgreSQL: how long a statement waits for a lock another client holds before it gives up (``lock_timeout``), s.

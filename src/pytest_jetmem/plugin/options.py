@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from pytest_jetmem.history.location import DEFAULT_PATH
 from pytest_jetmem.measure.defaults import DEFAULT_FAIL_PCT, WINDOW_SESSIONS
 
 GROUP = "jetmem"
@@ -103,11 +104,11 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "store",
         "store this session's measurements in the results store URL: a path or sqlite:///PATH (SQLite; given "
-        "bare: .jetmem/history.sqlite under the rootdir) or postgresql://USER@HOST/DB (the postgres extra); "
+        f"bare: {DEFAULT_PATH} under the rootdir) or postgresql://USER@HOST/DB (the postgres extra); "
         "default $JETMEM_STORE. With it, --jetmem-compare=BRANCH compares with that branch's newest "
         "--jetmem-window sessions on this machine class in the store",
         takes="optional",
-        const=".jetmem/history.sqlite",
+        const=DEFAULT_PATH,
         metavar="URL",
         ini_help="the results store to keep every session in (a path, sqlite:///PATH or postgresql://...)",
         # children and xdist workers read it (--jetmem-compare); only the parent writes (plugin.history)
