@@ -239,12 +239,13 @@ def _is_failing(change: Change, min_pct: float, since: str | None) -> bool:
             and (since is None or _order_key(change.after) > since))
 
 
-def _status(change: Change, failing: Sequence[Change]) -> str:
+def _status(change: Change, failing: set[int]) -> str:
     """The head of a change point's ``regressions`` line: ``acknowledged (REASON)``; else ``REGRESSION`` where it is
-    in ``failing``; else ``regression``, ``improvement`` (the ratio's whole interval below 1) or ``change``."""
+    one of ``failing`` (their ``id``s); else ``regression``, ``improvement`` (the ratio's whole interval below 1) or
+    ``change``."""
     if change.ack is not None:
         return f"acknowledged ({change.ack.reason})"
-    if change in failing:
+    if id(change) in failing:
         return "REGRESSION"
     if change.regression:
         return "regression"
@@ -274,8 +275,9 @@ def _regressions(args: argparse.Namespace, out: TextIO) -> int:
     what = "new unacknowledged regression(s) (now reported)" if args.new else "unacknowledged regression(s)"
     out.write(f"branch {branch or '(all)'}: {len(found)} change point(s), {len(failing)} {what}"
               f"{' since ' + args.since if args.since else ''}\n")
+    failing_ids = {id(c) for c in failing}
     for c in found:
-        out.write(_change_line(c, _status(c, failing)))
+        out.write(_change_line(c, _status(c, failing_ids)))
     return FOUND if failing else 0
 
 

@@ -1,5 +1,5 @@
-"""history.store's reads of a large store (a fleet's, on PostgreSQL): the points read by PostgreSQL's binary COPY
-are the values a text read gives, as columns (and a COPY of another shape is refused); sessions of one machine
+"""history.store's reads of a large store (a fleet's, on PostgreSQL): the points PostgreSQL packs per series are
+the values a text read gives, as columns (and packed points of another size are refused); sessions of one machine
 share one decoded Machine;
 the index of schema version 4 serves the points read (a covering index) and a store of version 3 is brought to it
 by a writer and read as it is by a reader."""
@@ -16,7 +16,7 @@ import pytest
 from history_sessions import H100, ORIN, session
 from pg_server import PostgresServer, postgres_server_fixture  # noqa: F401
 from pytest_jetmem.history.model import Points
-from pytest_jetmem.history.pgcopy import points_of_copy
+from pytest_jetmem.history.pgpoints import points_of_packed
 from pytest_jetmem.history.schema import SCHEMA_VERSION
 from pytest_jetmem.history.store import open_store
 
@@ -34,7 +34,7 @@ def _columns(points: Points) -> list[tuple[int, int, float, float]]:
                       points.mad.tolist(), strict=True))
 
 
-def test_postgresql_points_read_by_binary_copy_are_the_text_reads_values(
+def test_postgresql_points_read_packed_are_the_text_reads_values(
     postgres_server: PostgresServer, tmp_path: Path
 ) -> None:
     url = postgres_server.new_database("points_binary")
@@ -62,11 +62,10 @@ def test_postgresql_points_read_by_binary_copy_are_the_text_reads_values(
     assert len(none) == 0
 
 
-@pytest.mark.parametrize("data", [b"", b"PGCOPY\n\xff\r\n\x00" + bytes(8) + b"\x00\x04" + bytes(10) + b"\xff\xff",
-                                  b"not a copy at all, not even close"])
-def test_a_binary_copy_of_another_shape_is_refused(data: bytes) -> None:
-    with pytest.raises(ValueError, match="binary COPY"):
-        points_of_copy(data)
+def test_packed_points_of_another_size_are_refused() -> None:
+    assert len(points_of_packed([])) == 0
+    with pytest.raises(ValueError, match="series 7: 25 bytes of packed points, not a multiple of 24"):
+        points_of_packed([(7, bytes(25))])
 
 
 @pytest.mark.parametrize("kind", ["sqlite", "postgresql"])

@@ -89,9 +89,10 @@ def analysed(history: History, *, workers: int | None = None,
     found: list[Change] = []
     marked: list[Series] = []
     for one, detection in zip(history.series, detections(history, workers=workers, cache=cache), strict=True):
-        odd = set(detection.outliers)
-        marked.append(replace(one, outlier=tuple(i in odd for i in range(len(one.sessions)))))
-        firsts = _firsts(history.commit_numbers[np.asarray(one.places, dtype=np.int64)])
+        odd = np.zeros(len(one.sessions), dtype=bool)
+        odd[list(detection.outliers)] = True
+        marked.append(replace(one, outlier=tuple(odd.tolist())))
+        firsts = _firsts(history.commit_numbers[one.place_array])
         for cp in detection.changes:
             before, after = one.sessions[cp.before_index], one.sessions[cp.index]
             ack = acks.get((one.key, one.device, after.uid))

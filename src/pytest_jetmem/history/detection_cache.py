@@ -47,7 +47,7 @@ def _code_digest() -> bytes:
 _CODE = _code_digest()
 
 
-def _codes(labels: Sequence[object]) -> np.ndarray:
+def _codes(labels: Sequence[object] | np.ndarray) -> np.ndarray:
     """Each label's run number: where ``labels`` changes from one point to the next is all the detector reads."""
     arr = np.asarray(labels)
     if not arr.size:
@@ -55,8 +55,8 @@ def _codes(labels: Sequence[object]) -> np.ndarray:
     return np.cumsum(np.concatenate(([True], arr[1:] != arr[:-1])), dtype=np.int64)
 
 
-def detection_key(values: Sequence[float], groups: Sequence[object], classes: Sequence[object],
-                  exclude: Sequence[bool] | None) -> str:
+def detection_key(values: Sequence[float] | np.ndarray, groups: Sequence[object] | np.ndarray,
+                  classes: Sequence[object] | np.ndarray, exclude: Sequence[bool] | np.ndarray | None) -> str:
     """The cache key of ``changepoints.analyse(values, groups=, classes=, exclude=)`` with its defaults."""
     h = hashlib.sha256(_CODE)
     h.update(np.asarray(values, dtype="<f8").tobytes())

@@ -24,21 +24,21 @@ __all__ = ["PARALLEL_POINTS", "detections"]
 #: Series to detect holding at least this many points in all are shared out among processes, one per CPU.
 PARALLEL_POINTS = 200_000
 
-_Job = tuple[list[float], list[int], list[int], "list[bool] | None"]
+_Job = tuple[np.ndarray, np.ndarray, np.ndarray, "np.ndarray | None"]
 _JOBS: list[_Job] = []  # the work of the forked processes, set while they run
 
 
 def _job(one: Series, history: History) -> _Job:
     """What the detector is given of ``one``: its medians (0 ms stood in for), commits and machine classes (as
     numbers), left-out marks."""
-    places = np.asarray(one.places, dtype=np.int64)
-    return (positive(one.medians), history.commit_numbers[places].tolist(),
-            history.class_numbers[places].tolist(), list(one.left_out) or None)
+    places = one.place_array
+    return (positive(one.median_array), history.commit_numbers[places], history.class_numbers[places],
+            np.asarray(one.left_out, dtype=bool) if one.left_out else None)
 
 
 def _detect(job: _Job | int) -> Detection:
     values, groups, classes, exclude = _JOBS[job] if isinstance(job, int) else job
-    return analyse(values, groups=groups, classes=classes, exclude=exclude)
+    return analyse(values, groups=groups.tolist(), classes=classes.tolist(), exclude=exclude)
 
 
 def _run(jobs: Sequence[_Job], workers: int) -> list[Detection]:

@@ -36,7 +36,7 @@ from pytest_jetmem.history.codec import pack_record, pack_samples, unpack_record
 from pytest_jetmem.history.context import SessionContext, utc_iso
 from pytest_jetmem.history.location import DEFAULT_PATH, Location, hidden, parse_location
 from pytest_jetmem.history.model import Ack, Points, Reported, SeriesKey, SessionRow, StoredSession
-from pytest_jetmem.history.pgcopy import points_of_copy
+from pytest_jetmem.history.pgpoints import PACKED, points_of_packed
 from pytest_jetmem.history.schema import DIALECTS, MIGRATIONS, SCHEMA_VERSION, Dialect
 from pytest_jetmem.machine.fingerprint import Machine
 from pytest_jetmem.measure.record import MeasurementRecord
@@ -545,33 +545,15 @@ class Store:
 
     def points(self, *, branch: str | None = None) -> Points:
         """The session, series, median and MAD (ms) of every stored measurement (of ``branch``'s sessions where
-        given), without decoding samples. PostgreSQL sends them in binary COPY, read as columns at once (a fleet's
-        10 million rows: no Python object per value); SQLite's rows are converted."""
+        given), without decoding samples. PostgreSQL packs each series' points into one value
+        (:mod:`~.pgpoints`: a fleet's 10 million rows, no Python object per value); SQLite's rows are converted."""
         where = " WHERE session_id IN (SELECT id FROM jetmem_sessions WHERE branch = ?)" if branch is not None else ""
-        statement = "SELECT session_id, series_id, median, mad FROM jetmem_measurements" + where
         params = (branch,) if branch is not None else ()
         if self._dialect.name == "postgresql":
-            return self._copied_points(statement, params)
-        return Points.of_rows(self._rows(statement, params))
-
-    def _copied_points(self, statement: str, params: Sequence[Any]) -> Points:
-        """:meth:`points` on PostgreSQL: ``COPY (statement) TO STDOUT`` in its binary format, whose rows of four
-        non-null 8-byte columns have one size (https://www.postgresql.org/docs/current/sql-copy.html)."""
-        from psycopg import sql
-
-        query = sql.SQL(self._dialect.sql(statement).replace("%s", "{}")).format(*(sql.Literal(p) for p in params))
-        data = bytearray()
-        try:
-            with self._conn.cursor() as cur, cur.copy(sql.SQL("COPY ({}) TO STDOUT (FORMAT BINARY)").format(query)) \
-                    as copy:
-                for block in copy:
-                    data += block
-            self._conn.commit()
-        except _db_errors() as exc:
-            with contextlib.suppress(*_db_errors()):
-                self._conn.rollback()
-            raise self._error(exc, "read it") from None
-        return points_of_copy(bytes(data))
+            rows = self._rows(PACKED.format(where=where), params, binary=True)
+            return points_of_packed([(int(sid), bytes(packed)) for sid, packed in rows])
+        return Points.of_rows(self._rows("SELECT session_id, series_id, median, mad FROM jetmem_measurements" + where,
+                                         params))
 
     def records(self, session_id: int) -> list[MeasurementRecord]:
         """The measurement records of one stored session, samples and all; StoreError DAMAGED for one that cannot

@@ -42,6 +42,13 @@ class Series:
     left_out: tuple[bool, ...] = ()
     outlier: tuple[bool, ...] = ()
     places: tuple[int, ...] = ()
+    #: ``places`` and ``medians`` as arrays, for the detector (made from them; not compared)
+    place_array: np.ndarray = field(init=False, compare=False, repr=False)
+    median_array: np.ndarray = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "place_array", np.asarray(self.places, dtype=np.int64))
+        object.__setattr__(self, "median_array", np.asarray(self.medians, dtype=np.float64))
 
     @property
     def name(self) -> str:
@@ -159,7 +166,12 @@ def _pick(rows: Sequence[SessionRow], places: Sequence[int]) -> tuple[SessionRow
     return picked
 
 
-def positive(medians: Sequence[float]) -> list[float]:
-    """The medians with each one of 0 ms (left out) replaced by a positive stand-in, as the detector needs."""
-    stand_in = next((m for m in medians if m > 0), 1.0)
-    return [m if m > 0 else stand_in for m in medians]
+def positive(medians: Sequence[float] | np.ndarray) -> np.ndarray:
+    """The medians with each one of 0 ms (left out) replaced by a positive stand-in (the first positive one, else
+    1.0), as the detector needs."""
+    arr = np.asarray(medians, dtype=np.float64)
+    bad = ~(arr > 0)
+    if not bad.any():
+        return arr
+    good = np.flatnonzero(~bad)
+    return np.where(bad, arr[good[0]] if good.size else 1.0, arr)
