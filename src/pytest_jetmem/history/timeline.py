@@ -146,7 +146,8 @@ def _series_of(rows: Sequence[SessionRow], names: Mapping[int, SeriesKey], point
     device_of = np.array([devices[row.machine.device] for row in rows], dtype=np.int64)
     at, series_id = at[keep], points.series_id[keep]
     medians, mads, device = points.median[keep], points.mad[keep], device_of[at]
-    order = np.lexsort((at, device, series_id))
+    # one sort of one key (series, then device, then place; a place has one session, so the key is unique)
+    order = np.argsort((series_id * len(devices) + device) * len(rows) + at, kind="stable")
     at, series_id, device, medians, mads = at[order], series_id[order], device[order], medians[order], mads[order]
     starts = np.flatnonzero(np.r_[True, (series_id[1:] != series_id[:-1]) | (device[1:] != device[:-1])])
     ends = np.r_[starts[1:], at.size]
