@@ -162,7 +162,7 @@ def _sha(commit: int) -> str:
 def make_session(commit: int, device: int) -> StoredSession:
     """The session ``device`` ran at ``commit``."""
     rng = random.Random(commit * 1009 + device)
-    m, facts, speed = machine(device, commit // COMMITS_PER_ERA)
+    m, facts, speed = machine(device, min(commit // COMMITS_PER_ERA, ERAS - 1))  # a commit past the last: its era
     offset = 1 + 0.005 * rng.gauss(0, 1)
     records = tuple(_record(i, device, commit, speed, offset, rng) for i in range(SERIES))
     made = datetime(2025, 1, 1, tzinfo=timezone.utc) + timedelta(hours=2 * commit)
@@ -331,12 +331,14 @@ def sizes(url: str) -> dict[str, Any]:
 # -- timing -----------------------------------------------------------------------------------------------------
 
 
-def _timed_cli(cwd: Path, *argv: str) -> dict[str, Any]:
-    """``pytest-jetmem ARGV`` as a fresh process in ``cwd``: its wall time, CPU time and exit status."""
+def _timed_cli(cwd: Path, *argv: str, cache: Path | None = None) -> dict[str, Any]:
+    """``pytest-jetmem ARGV`` as a fresh process in ``cwd``: its wall time, CPU time (its forked processes' too)
+    and exit status; change points cached in ``cache`` (None: no cache)."""
     exe = Path(sys.executable).with_name("pytest-jetmem")
+    env = {**os.environ, "JETMEM_CACHE_DIR": str(cache) if cache is not None else "off"}
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
-    done = subprocess.run([str(exe), *argv], cwd=cwd, capture_output=True, text=True, check=False)
+    done = subprocess.run([str(exe), *argv], cwd=cwd, capture_output=True, text=True, check=False, env=env)
     wall = time.perf_counter() - t
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
@@ -347,15 +349,38 @@ def _timed_cli(cwd: Path, *argv: str) -> dict[str, Any]:
             "first_line": head[0] if head else done.stderr.strip().splitlines()[-1:]}
 
 
+def _add_new_commit(url: str) -> str:
+    """One more session, device 0's at a new commit (as a runner's push stores it); its uid."""
+    session = make_session(ERAS * COMMITS_PER_ERA, 0)
+    with open_store(url) as store:
+        store.add(session)
+    return session.uid
+
+
+def _remove(url: str, uid: str) -> None:
+    import psycopg
+
+    with psycopg.connect(url) as conn:
+        conn.execute("DELETE FROM jetmem_sessions WHERE uid = %s", (uid,))
+
+
 def time_commands(url: str, work: Path, skip: Sequence[str] = ()) -> dict[str, Any]:
-    """Each command a fresh process, from a folder outside any git repository (no git history is read)."""
+    """Each command a fresh process, from a folder outside any git repository (no git history is read). The change
+    points' cache (``JETMEM_CACHE_DIR``) starts empty: ``regressions`` detects every series (cold), then finds them
+    all in the cache (warm), as do ``publish`` and ``--new`` after it; after one new session (device 0, a new
+    commit: its 200 series changed) ``regressions`` detects those again; and ``regressions`` without a cache."""
     out: dict[str, Any] = {}
+    cache = work / "cache"
+    shutil.rmtree(cache, ignore_errors=True)
     commands = {
-        "regressions": ["history", "regressions", "--store", url],
+        "regressions_cold": ["history", "regressions", "--store", url],
+        "regressions_warm": ["history", "regressions", "--store", url],
         "fleet": ["history", "fleet", "--store", url],
         "publish": ["history", "publish", str(work / "site"), "--store", url],
         "regressions_new": ["history", "regressions", "--new", "--store", url],
         "regressions_new_again": ["history", "regressions", "--new", "--store", url],
+        "regressions_after_a_new_session": ["history", "regressions", "--store", url],
+        "regressions_no_cache": ["history", "regressions", "--store", url],
     }
     for name, argv in commands.items():
         if name in skip:
@@ -365,7 +390,12 @@ def time_commands(url: str, work: Path, skip: Sequence[str] = ()) -> dict[str, A
 
             with psycopg.connect(url) as conn:
                 conn.execute("DELETE FROM jetmem_reported")
-        out[name] = _timed_cli(work, *argv)
+        added = _add_new_commit(url) if name == "regressions_after_a_new_session" else None
+        try:
+            out[name] = _timed_cli(work, *argv, cache=None if name == "regressions_no_cache" else cache)
+        finally:
+            if added is not None:
+                _remove(url, added)
         print(f"  {name}: {out[name]}", file=sys.stderr)
         if name == "publish" and (work / "site").is_dir():
             files = [p for p in (work / "site").iterdir() if p.is_file()]
@@ -431,21 +461,20 @@ class _Clock:
 def profile(url: str, work: Path, out_dir: Path, skip: Sequence[str] = (), label: str = "",
             use_cprofile: bool = False) -> dict[str, Any]:
     """Where the time of ``regressions``, ``fleet`` and ``publish`` goes, in this process: each Store read, the
-    outlier marking and the change-point detection (timeline.outliers, analysis.detections), the fleet's advice, the
+    change-point detection (analysis.detections: outliers and change points, no cache), the fleet's advice, the
     pages; with ``use_cprofile``, cProfile's top functions of ``regressions`` (profile-regressions-LABEL.txt; it
     slows the Python parts, so the times are then not the plain ones)."""
     out_dir = out_dir.resolve()
+    os.environ["JETMEM_CACHE_DIR"] = "off"  # every change point detected: where a cold run's time goes
     from pytest_jetmem import cli
 
     clock = _Clock()
     for meth in ("branches", "sessions", "series", "points", "records", "acks", "reported", "samples"):
         clock.wrap(Store, meth, f"Store.{meth}")
-    clock.wrap(timeline, "read_history", "timeline.read_history (store reads, grouping, outliers)")
-    clock.wrap(timeline, "outliers", "timeline: outliers (changepoints.outliers)")
+    clock.wrap(timeline, "read_history", "timeline.read_history (store reads, grouping)")
     clock.wrap(timeline, "commit_order", "model.commit_order")
     clock.wrap(analysis, "detections", "analysis.detections (change points, in parallel)")
-    clock.wrap(analysis, "changes", "analysis.changes (detections + causes)")
-    clock.wrap(site, "changes", "analysis.changes (detections + causes)")
+    clock.wrap(analysis, "analysed", "analysis.analysed (detections + causes)")
     clock.wrap(fleet, "advise", "fleet: advise")
     clock.wrap(fleet, "_newest_sources", "fleet: the newest sessions of 2+ modes")
     clock.wrap(site, "fleet_matrix", "site: fleet_matrix")
