@@ -335,7 +335,7 @@ def _timed_cli(cwd: Path, *argv: str, cache: Path | None = None) -> dict[str, An
     """``pytest-jetmem ARGV`` as a fresh process in ``cwd``: its wall time, CPU time (its forked processes' too)
     and exit status; change points cached in ``cache`` (None: no cache)."""
     exe = Path(sys.executable).with_name("pytest-jetmem")
-    env = {**os.environ, "JETMEM_CACHE_DIR": str(cache) if cache is not None else "off"}
+    env = {**os.environ, "JETMEM_HISTORY_CACHE": str(cache) if cache is not None else "off"}
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
     done = subprocess.run([str(exe), *argv], cwd=cwd, capture_output=True, text=True, check=False, env=env)
@@ -366,7 +366,7 @@ def _remove(url: str, uid: str) -> None:
 
 def time_commands(url: str, work: Path, skip: Sequence[str] = ()) -> dict[str, Any]:
     """Each command a fresh process, from a folder outside any git repository (no git history is read). The change
-    points' cache (``JETMEM_CACHE_DIR``) starts empty: ``regressions`` detects every series (cold), then finds them
+    points' cache (``JETMEM_HISTORY_CACHE``) starts empty: ``regressions`` detects every series (cold), then finds them
     all in the cache (warm), as do ``publish`` and ``--new`` after it; after one new session (device 0, a new
     commit: its 200 series changed) ``regressions`` detects those again; and ``regressions`` without a cache."""
     out: dict[str, Any] = {}
@@ -465,7 +465,7 @@ def profile(url: str, work: Path, out_dir: Path, skip: Sequence[str] = (), label
     pages; with ``use_cprofile``, cProfile's top functions of ``regressions`` (profile-regressions-LABEL.txt; it
     slows the Python parts, so the times are then not the plain ones)."""
     out_dir = out_dir.resolve()
-    os.environ["JETMEM_CACHE_DIR"] = "off"  # every change point detected: where a cold run's time goes
+    os.environ["JETMEM_HISTORY_CACHE"] = "off"  # every change point detected: where a cold run's time goes
     from pytest_jetmem import cli
 
     clock = _Clock()

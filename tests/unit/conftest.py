@@ -29,10 +29,10 @@ from pytest_jetmem.handle import Jetmem
 def _no_outputs_of_the_callers_ci(monkeypatch: pytest.MonkeyPatch) -> None:
     """A results store or a job summary of the environment this suite runs in (a developer's JETMEM_STORE, GitHub
     Actions' GITHUB_STEP_SUMMARY) never receives the inner runs' sessions, nor its home folder the change points
-    the commands detect (JETMEM_CACHE_DIR); the tests of those set their own."""
+    the commands detect (JETMEM_HISTORY_CACHE); the tests of those set their own."""
     monkeypatch.delenv("JETMEM_STORE", raising=False)
     monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
-    monkeypatch.setenv("JETMEM_CACHE_DIR", "off")  # nor the change-point cache of its home folder
+    monkeypatch.setenv("JETMEM_HISTORY_CACHE", "off")  # nor the change-point cache of its home folder
 
 
 @pytest.fixture

@@ -159,19 +159,20 @@ def test_a_damaged_or_unwritable_cache_costs_time_not_a_result(
 
 
 def test_the_cache_folder_follows_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("JETMEM_CACHE_DIR", "off")
+    monkeypatch.setenv("JETMEM_HISTORY_CACHE", "off")
     assert cache_dir() is None and open_cache().path is None
-    monkeypatch.setenv("JETMEM_CACHE_DIR", str(tmp_path / "c"))
+    monkeypatch.setenv("JETMEM_HISTORY_CACHE", str(tmp_path / "c"))
     assert open_cache().path == tmp_path / "c" / "changepoints.sqlite"
-    monkeypatch.setenv("JETMEM_CACHE_DIR", "")
+    monkeypatch.setenv("JETMEM_HISTORY_CACHE", "")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    assert cache_dir() == tmp_path / "xdg" / "pytest-jetmem"
+    monkeypatch.setenv("JETMEM_CACHE_DIR", str(tmp_path / "kernels"))  # the kernel cache's: not this one's
+    assert cache_dir() == tmp_path / "xdg" / "pytest-jetmem" / "history"
 
 
 def test_the_command_line_keeps_detections_in_the_cache_folder(
     store_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("JETMEM_CACHE_DIR", str(tmp_path / "c"))
+    monkeypatch.setenv("JETMEM_HISTORY_CACHE", str(tmp_path / "c"))
     first = io.StringIO()
     assert main(["history", "regressions", "--store", str(store_path)], first) == 1
     with sqlite3.connect(tmp_path / "c" / "changepoints.sqlite") as conn:

@@ -5,10 +5,10 @@ An entry is keyed by a SHA-256 of everything the detection reads: the detector's
 :mod:`~pytest_jetmem.measure.changepoints` or the statistics under it starts afresh), the series' values, where its
 commits and machine classes change, and the points left out. So a hit is the detection of the same input by the
 same code, bit for bit, and a series with a new session is a miss. It lives in one SQLite file under
-``$JETMEM_CACHE_DIR`` (unset or empty: ``$XDG_CACHE_HOME/pytest-jetmem``, else ``~/.cache/pytest-jetmem``;
-``off``: no cache); entries unused for :data:`KEEP_DAYS` days are dropped. It is only a cache: a folder that cannot
-be written, a damaged file or a locked one costs time, never a result (one line on standard error says so).
-GPU-free and pytest-free.
+``$JETMEM_HISTORY_CACHE`` (unset or empty: ``$XDG_CACHE_HOME/pytest-jetmem/history``, else
+``~/.cache/pytest-jetmem/history``, beside the kernel cache; ``off``: no cache); entries unused for
+:data:`KEEP_DAYS` days are dropped. It is only a cache: a folder that cannot be written, a damaged file or a locked
+one costs time, never a result (one line on standard error says so). GPU-free and pytest-free.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from pytest_jetmem.measure.changepoints import ChangePoint, Detection
 
 __all__ = ["ENV_DIR", "KEEP_DAYS", "DetectionCache", "cache_dir", "detection_key", "open_cache"]
 
-ENV_DIR = "JETMEM_CACHE_DIR"
+ENV_DIR = "JETMEM_HISTORY_CACHE"
 #: Entries not used for this many days are dropped.
 KEEP_DAYS = 30
 _FILE = "changepoints.sqlite"
@@ -156,7 +156,7 @@ def cache_dir() -> Path | None:
     if given:
         return Path(given).expanduser()
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "pytest-jetmem"
+    return Path(base) / "pytest-jetmem" / "history"
 
 
 def open_cache() -> DetectionCache:
