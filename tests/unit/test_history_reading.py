@@ -6,6 +6,7 @@ another input's result."""
 
 from __future__ import annotations
 
+import contextlib
 import io
 import sqlite3
 from collections import Counter
@@ -151,7 +152,7 @@ def test_a_damaged_or_unwritable_cache_costs_time_not_a_result(
     cache = DetectionCache(kept)
     analysed(history, cache=cache)
     cache.close()
-    with sqlite3.connect(kept) as conn:
+    with contextlib.closing(sqlite3.connect(kept)) as conn, conn:
         conn.execute("UPDATE detections SET result = 'not json'")
     cache = DetectionCache(kept)
     assert analysed(history, cache=cache)[1] == plain  # an entry that cannot be read is detected again
@@ -162,7 +163,9 @@ def test_the_cache_folder_follows_the_environment(tmp_path: Path, monkeypatch: p
     monkeypatch.setenv("JETMEM_HISTORY_CACHE", "off")
     assert cache_dir() is None and open_cache().path is None
     monkeypatch.setenv("JETMEM_HISTORY_CACHE", str(tmp_path / "c"))
-    assert open_cache().path == tmp_path / "c" / "changepoints.sqlite"
+    cache = open_cache()
+    cache.close()
+    assert cache.path == tmp_path / "c" / "changepoints.sqlite" and cache.path.is_file()
     monkeypatch.setenv("JETMEM_HISTORY_CACHE", "")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     monkeypatch.setenv("JETMEM_CACHE_DIR", str(tmp_path / "kernels"))  # the kernel cache's: not this one's
@@ -175,7 +178,7 @@ def test_the_command_line_keeps_detections_in_the_cache_folder(
     monkeypatch.setenv("JETMEM_HISTORY_CACHE", str(tmp_path / "c"))
     first = io.StringIO()
     assert main(["history", "regressions", "--store", str(store_path)], first) == 1
-    with sqlite3.connect(tmp_path / "c" / "changepoints.sqlite") as conn:
+    with contextlib.closing(sqlite3.connect(tmp_path / "c" / "changepoints.sqlite")) as conn:
         assert conn.execute("SELECT count(*) FROM detections").fetchone()[0] == 24
     again = io.StringIO()
     assert main(["history", "regressions", "--store", str(store_path)], again) == 1

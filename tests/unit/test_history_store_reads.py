@@ -84,7 +84,7 @@ def test_sessions_of_one_machine_share_its_decoded_machine(
 
 
 def _indexes_sqlite(path: Path) -> set[str]:
-    with sqlite3.connect(path) as conn:
+    with contextlib.closing(sqlite3.connect(path)) as conn:
         return {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
 
 
@@ -93,7 +93,7 @@ def test_version_4_adds_the_points_index_and_sqlite_reads_the_points_from_it(tmp
     _fill(str(path))
     assert SCHEMA_VERSION == 4
     assert "jetmem_measurements_points" in _indexes_sqlite(path)
-    with sqlite3.connect(path) as conn:
+    with contextlib.closing(sqlite3.connect(path)) as conn:
         plan = " ".join(r[-1] for r in conn.execute(
             "EXPLAIN QUERY PLAN SELECT session_id, series_id, median, mad, n FROM jetmem_measurements"))
     assert "COVERING INDEX jetmem_measurements_points" in plan

@@ -90,12 +90,11 @@ class DetectionCache:
         if path is not None:
             try:
                 path.parent.mkdir(parents=True, exist_ok=True)
-                conn = sqlite3.connect(path, timeout=5.0, isolation_level=None)
-                conn.execute("CREATE TABLE IF NOT EXISTS detections (key TEXT PRIMARY KEY, result TEXT NOT NULL, "
-                             "used REAL NOT NULL)")
-                self._conn = conn
+                self._conn = sqlite3.connect(path, timeout=5.0, isolation_level=None)
+                self._conn.execute("CREATE TABLE IF NOT EXISTS detections (key TEXT PRIMARY KEY, "
+                                   "result TEXT NOT NULL, used REAL NOT NULL)")
             except (OSError, sqlite3.Error) as exc:
-                self._off(exc)
+                self._off(exc)  # closes a connection made
 
     def _off(self, exc: BaseException) -> None:
         print(f"pytest-jetmem: change-point cache {self.path} not used ({exc}): detecting afresh", file=sys.stderr)
