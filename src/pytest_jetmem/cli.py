@@ -332,7 +332,6 @@ def _write_series(series: Series, branch: str | None, marks: Mapping[_Mark, Chan
 
 
 def _show(args: argparse.Namespace, out: TextIO) -> int:
-
     with _open(args) as store:
         chosen, found = _analysed(_chosen(args, _read(args, store)))
     marks = {(c.series, c.device, c.after.uid): c for c in found}

@@ -206,7 +206,7 @@ def _newest_sources(history: History) -> _Subjects:
     by_subject: dict[tuple[str, str], dict[str, list[tuple[int, ...]]]] = {}
     for one in history.series:
         by_subject.setdefault((one.key.test, one.key.key), {}).setdefault(one.key.mode, []).append(one.places)
-    class_of = np.unique(np.array(history.classes, dtype=object), return_inverse=True)[1]
+    class_of = history.class_numbers
     wanted: _Subjects = {}
     for subject, modes in by_subject.items():
         each = [np.unique(np.concatenate([np.asarray(p, dtype=np.int64) for p in ps])) for ps in modes.values()]

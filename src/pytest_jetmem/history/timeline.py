@@ -72,10 +72,6 @@ class Series:
 
     def commits(self) -> tuple[str, ...]:
         """Each session's commit (:func:`commit_of`)."""
-        return self._commits
-
-    @functools.cached_property
-    def _commits(self) -> tuple[str, ...]:
         return tuple(commit_of(row) for row in self.sessions)
 
 
@@ -88,7 +84,11 @@ class History:
     sessions: tuple[SessionRow, ...]
     series: tuple[Series, ...]
     acks: tuple[Ack, ...]
-    place: Mapping[str, int] = field(default_factory=dict)  # a session's uid -> its place in ``sessions``
+
+    @functools.cached_property
+    def place(self) -> Mapping[str, int]:
+        """A session's uid -> its place in ``sessions``."""
+        return {row.uid: i for i, row in enumerate(self.sessions)}
 
     @functools.cached_property
     def classes(self) -> tuple[str, ...]:
@@ -127,7 +127,7 @@ def read_history(store: Store, branch: str | None, *, include_dirty: bool = Fals
     names = store.series()
     series = _series_of(rows, names, store.points(branch=branch), include_dirty)
     series.sort(key=lambda s: (s.key.name, s.device))
-    return History(branch, rows, tuple(series), tuple(store.acks()), {row.uid: i for i, row in enumerate(rows)})
+    return History(branch, rows, tuple(series), tuple(store.acks()))
 
 
 def _series_of(rows: Sequence[SessionRow], names: Mapping[int, SeriesKey], points: Points,
