@@ -179,10 +179,12 @@ def _analysed(history: History) -> tuple[History, list[Change]]:
 def _read(args: argparse.Namespace, store: Store) -> History:
     """The history of the branch the options name (else the default branch), as they ask (dirty sessions, git's
     order): read once, for all the command does."""
+    from pytest_jetmem.history.points_cache import open_points_cache
     from pytest_jetmem.history.timeline import read_history
 
     branch = _branch(args, store)
-    return read_history(store, branch, include_dirty=args.include_dirty, chain=_chain(branch))
+    return read_history(store, branch, include_dirty=args.include_dirty, chain=_chain(branch),
+                        points=open_points_cache())
 
 
 def _date_key(since: str) -> str | None:

@@ -15,6 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from history_sessions import H100, ORIN, session
@@ -22,8 +23,9 @@ from pytest_jetmem.cli import main
 from pytest_jetmem.history import detections as detections_module
 from pytest_jetmem.history.analysis import analysed
 from pytest_jetmem.history.detection_cache import DetectionCache, cache_dir, detection_key, open_cache
+from pytest_jetmem.history.points_cache import PointsCache
 from pytest_jetmem.history.store import Store, open_store
-from pytest_jetmem.history.timeline import read_history
+from pytest_jetmem.history.timeline import History, read_history
 from pytest_jetmem.measure import changepoints
 
 UPGRADED = replace(ORIN, driver_version=12080, l4t_release="36.5.0")
@@ -112,11 +114,13 @@ def test_the_cache_serves_an_unchanged_series_and_detects_a_changed_one(
 
     monkeypatch.setattr(detections_module, "analyse", counted)
     again_history, again = analysed(history, cache=cache)
-    assert again == first and again_history.series == first_history.series
+    assert again == first
+    assert [(s.name, s.medians, s.outlier) for s in again_history.series] == \
+        [(s.name, s.medians, s.outlier) for s in first_history.series]
     assert ran == []  # every series from the cache
     one = history.series[0]
-    changed = replace(history, series=(replace(one, medians=(one.medians[0] * 1.5, *one.medians[1:])),
-                                       *history.series[1:]))
+    slower = np.r_[one.median_array[0] * 1.5, one.median_array[1:]]
+    changed = replace(history, series=(replace(one, median_array=slower), *history.series[1:]))
     analysed(changed, cache=cache)
     assert ran == [40]  # only the series that changed
     cache.close()
@@ -183,6 +187,83 @@ def test_the_command_line_keeps_detections_in_the_cache_folder(
     again = io.StringIO()
     assert main(["history", "regressions", "--store", str(store_path)], again) == 1
     assert again.getvalue() == first.getvalue()
+
+
+def _same(a: History, b: History) -> bool:
+    """Two histories of the same sessions, series and points."""
+    return [row.uid for row in a.sessions] == [row.uid for row in b.sessions] and a.series == b.series
+
+
+def _points_calls(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+    """The keyword arguments of each ``Store.points`` call from now on."""
+    calls: list[dict[str, Any]] = []
+    real = Store.points
+
+    def counted(self: Store, **kwargs: Any) -> Any:
+        calls.append(kwargs)
+        return real(self, **kwargs)
+
+    monkeypatch.setattr(Store, "points", counted)
+    return calls
+
+
+def test_the_points_cache_reads_only_the_sessions_stored_since(
+    store_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cache = PointsCache(tmp_path / "c")
+    calls = _points_calls(monkeypatch)
+    with open_store(str(store_path), create=False) as store:
+        first = read_history(store, "main", points=cache)
+        assert calls == [{"branch": "main"}] and _same(first, read_history(store, "main"))
+        calls.clear()
+        assert _same(read_history(store, "main", points=cache), first) and calls == []  # all from the file
+    with open_store(str(store_path)) as store:
+        store.add(replace(session(40, step_at=20, step=1.10, machine=H100), uid="h100-40"))
+        calls.clear()
+        again = read_history(store, "main", points=cache)
+        new_id = next(row.id for row in again.sessions if row.uid == "h100-40")
+        assert calls == [{"session_ids": [new_id]}]  # only the new session's points
+        assert _same(again, read_history(store, "main")) and len(again.sessions) == 81
+        calls.clear()
+        feature = read_history(store, "feature", points=cache)  # another branch: its own sessions read
+        assert _same(feature, read_history(store, "feature"))
+
+
+def test_a_new_store_at_the_same_place_is_not_read_from_the_points_of_the_old(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cache, path = PointsCache(tmp_path / "c"), tmp_path / "s.sqlite"
+    _build(path, n=6)
+    with open_store(str(path), create=False) as store:
+        read_history(store, "main", points=cache)
+    path.unlink()
+    with open_store(str(path)) as store:  # the same session ids, other sessions (uids) and points
+        for seed in range(6):
+            store.add(replace(session(seed + 50, step_at=0, step=2.0, machine=ORIN), uid=f"other-{seed}"))
+        calls = _points_calls(monkeypatch)
+        assert _same(read_history(store, "main", points=cache), read_history(store, "main"))
+        assert calls[0] == {"branch": "main"}  # every session anew
+
+
+@pytest.mark.parametrize("damage", [b"not a numpy file", b""])
+def test_a_damaged_points_cache_costs_time_not_a_result(
+    store: Store, tmp_path: Path, damage: bytes, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cache = PointsCache(tmp_path / "c")
+    plain = read_history(store, "main")
+    read_history(store, "main", points=cache)
+    (file,) = (tmp_path / "c").glob("points-*.npz")
+    file.write_bytes(damage)
+    assert _same(read_history(store, "main", points=cache), plain)
+    err = capsys.readouterr().err
+    assert f"the points cache {file} not read" in err and err.count("\n") == 1
+    assert _same(read_history(store, "main", points=cache), plain)  # written anew: read without a word
+    assert capsys.readouterr().err == ""
+    below_a_file = tmp_path / "a-file"
+    below_a_file.write_text("")
+    assert _same(read_history(store, "main", points=PointsCache(below_a_file)), plain)
+    assert "not written" in capsys.readouterr().err
+    assert _same(read_history(store, "main", points=PointsCache(None)), plain)
 
 
 def test_the_compare_reference_reads_samples_and_only_the_records_of_each_keys_newest_run(

@@ -89,9 +89,9 @@ def analysed(history: History, *, workers: int | None = None,
     found: list[Change] = []
     marked: list[Series] = []
     for one, detection in zip(history.series, detections(history, workers=workers, cache=cache), strict=True):
-        odd = np.zeros(len(one.sessions), dtype=bool)
+        odd = np.zeros(len(one), dtype=bool)
         odd[list(detection.outliers)] = True
-        marked.append(replace(one, outlier=tuple(odd.tolist())))
+        marked.append(replace(one, outlier_array=odd))
         firsts = _firsts(history.commit_numbers[one.place_array])
         for cp in detection.changes:
             before, after = one.sessions[cp.before_index], one.sessions[cp.index]

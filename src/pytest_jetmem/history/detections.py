@@ -33,7 +33,7 @@ def _job(one: Series, history: History) -> _Job:
     numbers), left-out marks."""
     places = one.place_array
     return (positive(one.median_array), history.commit_numbers[places], history.class_numbers[places],
-            np.asarray(one.left_out, dtype=bool) if one.left_out else None)
+            one.left_array if one.left_array.size else None)
 
 
 def _detect(job: _Job | int) -> Detection:

@@ -101,6 +101,18 @@ class Points:
         table = np.array(rows, dtype=np.float64).reshape(-1, 4)
         return cls(table[:, 0].astype(np.int64), table[:, 1].astype(np.int64), table[:, 2].copy(), table[:, 3].copy())
 
+    @classmethod
+    def joined(cls, parts: Sequence[Points]) -> Points:
+        """The points of ``parts``, one after another."""
+        if not parts:
+            return cls.of_rows([])
+        return cls(*(np.concatenate([getattr(p, name) for p in parts])
+                     for name in ("session_id", "series_id", "median", "mad")))
+
+    def where(self, keep: np.ndarray) -> Points:
+        """The points where ``keep`` (a mask or indices)."""
+        return Points(self.session_id[keep], self.series_id[keep], self.median[keep], self.mad[keep])
+
 
 @dataclass(frozen=True)
 class Ack:

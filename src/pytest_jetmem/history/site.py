@@ -41,12 +41,14 @@ from dataclasses import dataclass
 from html import escape
 from pathlib import Path
 
+import numpy as np
+
 from pytest_jetmem.history.analysis import Change
 from pytest_jetmem.history.context import utc_iso
 from pytest_jetmem.history.fleet import FleetCell, FleetMatrix, fleet_matrix
 from pytest_jetmem.history.model import SeriesKey, SessionRow
 from pytest_jetmem.history.store import Store
-from pytest_jetmem.history.svg import Boundary, Chart, Line, Marker, Point, series_chart, sparkline
+from pytest_jetmem.history.svg import Boundary, Chart, Line, Marker, Point, series_chart, sparkline, thin_indices
 from pytest_jetmem.history.timeline import History, Series
 from pytest_jetmem.machine.fingerprint import FINGERPRINT_FIELDS, Machine
 from pytest_jetmem.measure.advice_terms import times
@@ -215,12 +217,12 @@ def _table(caption: str, header: Sequence[str], rows: Iterable[str], attrs: str 
 
 
 def _spark(track: Series, data: _Data) -> str:
-    marks = [track.places.index(data.place[c.after.uid]) for c in data.changes_of(track)
-             if data.place.get(c.after.uid) in track.places]
+    at = {p: i for i, p in enumerate(track.place_array.tolist())}
+    marks = [at[data.place[c.after.uid]] for c in data.changes_of(track) if data.place.get(c.after.uid) in at]
     left_out = _left_out_note(track)
     label = (f"{track.name}: {len(track.medians)} sessions, latest median {track.medians[-1]:.4g} ms, "
              f"{len(marks)} change point(s)" + (f", {left_out} (hollow rings)" if left_out else ""))
-    return sparkline(track.medians, marks, label=label, left_out=track.uncounted())
+    return sparkline(track.median_array, marks, label=label, left_out=track.uncounted())
 
 
 def _series_cell(track: Series) -> str:
@@ -309,19 +311,32 @@ def _marker(change: Change, x: int) -> Marker:
     return Marker(mode, x, change.point.after_ms, label, detail, change.point.ratio > 1.0, change.ack is not None)
 
 
-def _points(track: Series, x_of: dict[int, int], data: _Data) -> tuple[Point, ...]:
+def _points(track: Series, x_of: dict[int, int], data: _Data, starts: Iterable[int]) -> tuple[Point, ...]:
     """A track's points at their places in a chart, each with its commit and start as its tooltip and why it does
-    not count, where it does not."""
-    return tuple(Point(x_of[p], m, d, f"{data.rows[p].short_commit} {data.rows[p].started[:16]}", note)
-                 for p, m, d, note in zip(track.places, track.medians, track.mads, track.notes, strict=True))
+    not count, where it does not; only those the chart draws (:func:`~.svg.thin_indices` of the counted ones, the
+    places change points start at ``starts`` kept, and every one left out), made without a Python object per point
+    of a long series."""
+    uncounted = np.asarray(track.uncounted(), dtype=np.int64)
+    counted = np.setdiff1d(np.arange(len(track)), uncounted) if uncounted.size else np.arange(len(track))
+    if not counted.size:
+        counted, uncounted = uncounted, uncounted[:0]
+    at = {p: k for k, p in enumerate(track.place_array[counted].tolist())}
+    chosen = np.union1d(counted[thin_indices(track.median_array[counted], [at[p] for p in starts if p in at])],
+                        uncounted)
+    places, medians, mads = (a[chosen].tolist() for a in (track.place_array, track.median_array, track.mad_array))
+    notes = track.notes
+    return tuple(Point(x_of[p], m, d, f"{data.rows[p].short_commit} {data.rows[p].started[:16]}", notes[i])
+                 for i, p, m, d in zip(chosen.tolist(), places, medians, mads, strict=True))
 
 
 def _chart(test: str, key: str, device: str, tracks: Sequence[Series], data: _Data) -> tuple[Chart, list[Change]]:
     """The chart of one test, key and device (one line per mode) and its change points."""
-    places = sorted(set().union(*(t.places for t in tracks)))
+    places = np.unique(np.concatenate([t.place_array for t in tracks])).tolist()
     x_of = {p: x for x, p in enumerate(places)}
-    lines = tuple(Line(t.key.mode or "-", _points(t, x_of, data), data.modes.index(t.key.mode)) for t in tracks)
     found = [c for t in tracks for c in data.changes_of(t)]  # the first session after a change is one of its track
+    starts = {c.after.uid for c in found}
+    lines = tuple(Line(t.key.mode or "-", _points(t, x_of, data, [data.place[u] for u in starts]),
+                       data.modes.index(t.key.mode)) for t in tracks)
     markers = tuple(_marker(c, x_of[data.place[c.after.uid]]) for c in found)
     bounds = tuple(_boundaries(places, data))
     x_labels = tuple(data.rows[p].short_commit[:7] for p in places)

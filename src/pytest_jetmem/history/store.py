@@ -170,6 +170,9 @@ def _order(key: SeriesKey) -> tuple[str, str, str, str]:
     return key.nodeid, key.mode, key.label, key.scope
 
 
+#: Session ids per statement of :meth:`Store.points` (SQLite allows 32766 parameters a statement).
+_ID_CHUNK = 1000
+
 class Store:
     """An open results store (:func:`open_store`). Close it with :meth:`close` or use it as a context manager."""
 
@@ -543,12 +546,21 @@ class Store:
         return {int(r[0]): SeriesKey(*r[1:]) for r in self._rows(
             "SELECT id, nodeid, test, mode, label, scope FROM jetmem_series ORDER BY id")}
 
-    def points(self, *, branch: str | None = None) -> Points:
-        """The session, series, median and MAD (ms) of every stored measurement (of ``branch``'s sessions where
-        given), without decoding samples. PostgreSQL packs each series' points into one value
-        (:mod:`~.pgpoints`: a fleet's 10 million rows, no Python object per value); SQLite's rows are converted."""
-        where = " WHERE session_id IN (SELECT id FROM jetmem_sessions WHERE branch = ?)" if branch is not None else ""
-        params = (branch,) if branch is not None else ()
+    def points(self, *, branch: str | None = None, session_ids: Sequence[int] | None = None) -> Points:
+        """The session, series, median and MAD (ms) of every stored measurement (of ``branch``'s sessions, of the
+        sessions ``session_ids``, where given), without decoding samples. PostgreSQL packs each series' points into
+        one value (:mod:`~.pgpoints`: a fleet's 10 million rows, no Python object per value); SQLite's rows are
+        converted."""
+        if session_ids is not None:
+            ids = sorted({int(i) for i in session_ids})
+            parts = [self._points(f" WHERE session_id IN ({', '.join('?' * len(chunk))})", chunk)
+                     for chunk in (ids[k:k + _ID_CHUNK] for k in range(0, len(ids), _ID_CHUNK))]
+            return Points.joined(parts)
+        if branch is not None:
+            return self._points(" WHERE session_id IN (SELECT id FROM jetmem_sessions WHERE branch = ?)", (branch,))
+        return self._points("", ())
+
+    def _points(self, where: str, params: Sequence[Any]) -> Points:
         if self._dialect.name == "postgresql":
             rows = self._rows(PACKED.format(where=where), params, binary=True)
             return points_of_packed([(int(sid), bytes(packed)) for sid, packed in rows])

@@ -33,8 +33,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from html import escape
 
+import numpy as np
+
 __all__ = ["FONT", "MAX_POINTS", "Boundary", "Chart", "Line", "Marker", "Point", "nice_ticks", "series_chart",
-           "sparkline", "text_width", "thin"]
+           "sparkline", "text_width", "thin", "thin_indices"]
 
 #: The most points a line keeps (about one per pixel of the plot); longer lines are thinned (:func:`thin`).
 MAX_POINTS = 1000
@@ -146,22 +148,32 @@ def nice_ticks(lo: float, hi: float, count: int = 5) -> list[float]:
     return [round(first + i * step, 12) for i in range(n)]
 
 
+def thin_indices(values: Sequence[float] | np.ndarray, keep: Iterable[int] = (), limit: int = MAX_POINTS
+                 ) -> np.ndarray:
+    """The indices of ``values`` that a chart draws, ascending: all where there are at most ``limit``; else the
+    first, last, lowest and highest of each of ``limit // 4`` buckets, and every index in ``keep`` (the steps and
+    extremes stay where they are). On arrays: no Python object per point."""
+    v = np.asarray(values, dtype=np.float64)
+    n = int(v.size)
+    if n <= limit:
+        return np.arange(n, dtype=np.int64)
+    buckets = max(limit // 4, 1)
+    size = n / buckets
+    chosen = {i for i in keep if 0 <= i < n}
+    for b in range(buckets):
+        lo, hi = int(b * size), min(int((b + 1) * size), n)
+        if lo < hi:
+            seg = v[lo:hi]
+            chosen.update((lo, hi - 1, lo + int(seg.argmin()), lo + int(seg.argmax())))
+    return np.array(sorted(chosen), dtype=np.int64)
+
+
 def thin(points: Sequence[Point], keep: frozenset[int] = frozenset(), limit: int = MAX_POINTS) -> list[Point]:
-    """``points`` where there are at most ``limit``; else the first, last, lowest and highest of each of
-    ``limit // 4`` buckets, and every point whose x is in ``keep`` (the steps and extremes stay where they are)."""
+    """The ``points`` :func:`thin_indices` keeps of their medians, ``keep`` naming x positions."""
     if len(points) <= limit:
         return list(points)
-    buckets = max(limit // 4, 1)
-    chosen: set[int] = {i for i, p in enumerate(points) if p.x in keep}
-    size = len(points) / buckets
-    for b in range(buckets):
-        lo, hi = int(b * size), min(int((b + 1) * size), len(points))
-        if lo >= hi:
-            continue
-        span = range(lo, hi)
-        low = min(span, key=lambda i: points[i].median)
-        chosen.update((lo, hi - 1, low, max(span, key=lambda i: points[i].median)))
-    return [points[i] for i in sorted(chosen)]
+    chosen = thin_indices([p.median for p in points], [i for i, p in enumerate(points) if p.x in keep], limit)
+    return [points[i] for i in chosen.tolist()]
 
 
 # -- placing text --------------------------------------------------------------------------------------------------
@@ -566,7 +578,7 @@ def series_chart(chart: Chart) -> str:
     return "\n".join([*head, *drawn, *legend, *keyed, "</svg>"])
 
 
-def sparkline(values: Sequence[float], marks: Sequence[int] = (), *, label: str, width: int = 120,
+def sparkline(values: Sequence[float] | np.ndarray, marks: Sequence[int] = (), *, label: str, width: int = 120,
               height: int = 24, left_out: Sequence[int] = ()) -> str:
     """A small line of ``values`` (thinned to about two points a pixel) with a dot at each index in ``marks``
     (change points) and a hollow dot at each in ``left_out`` (sessions that do not count, off the line),
@@ -574,23 +586,26 @@ def sparkline(values: Sequence[float], marks: Sequence[int] = (), *, label: str,
     tip = f"<title>{escape(label)}</title>"
     head = (f'<svg class="spark" role="img" aria-label="{escape(label)}" viewBox="0 0 {width} {height}" '
             f'width="{width}" height="{height}">{tip}')
-    if not values:
+    v = np.asarray(values, dtype=np.float64)
+    if not v.size:
         return head + "</svg>"
-    out_of = set(left_out)
-    counted = [Point(i, v, 0.0) for i, v in enumerate(values) if i not in out_of]
-    pts = thin(counted or [Point(i, v, 0.0) for i, v in enumerate(values)], frozenset(marks), limit=2 * width)
-    lo, hi = min(values), max(values)
+    out_of = sorted({i for i in left_out if 0 <= i < v.size})
+    counted = np.setdiff1d(np.arange(v.size), np.asarray(out_of, dtype=np.int64))
+    if not counted.size:
+        counted = np.arange(v.size)
+    where = {int(i): k for k, i in enumerate(counted.tolist())} if marks else {}
+    drawn = counted[thin_indices(v[counted], [where[m] for m in marks if m in where], limit=2 * width)]
+    lo, hi = float(v.min()), float(v.max())
     span = (hi - lo) or abs(hi) or 1.0
-    n = max(len(values) - 1, 1)
+    n = max(v.size - 1, 1)
 
-    def xy(i: int, v: float) -> tuple[str, str]:
-        return _f(1 + (width - 2) * i / n), _f(height - 2 - (height - 4) * (v - lo) / span)
+    def xy(i: int) -> tuple[str, str]:
+        return _f(1 + (width - 2) * i / n), _f(height - 2 - (height - 4) * (float(v[i]) - lo) / span)
 
-    coords = " ".join(",".join(xy(p.x, p.median)) for p in pts)
-    dots = "".join(f'<circle class="spark-cp" cx="{xy(i, values[i])[0]}" cy="{xy(i, values[i])[1]}" r="2.2" '
-                   'fill="#b2182b"/>' for i in marks if 0 <= i < len(values))
-    hollow = "".join(f'<circle class="spark-left-out" cx="{xy(i, values[i])[0]}" cy="{xy(i, values[i])[1]}" '
-                     'r="1.8" fill="#fff" stroke="#0072B2" stroke-width="0.8"/>'
-                     for i in sorted(out_of) if 0 <= i < len(values))
+    coords = " ".join(",".join(xy(i)) for i in drawn.tolist())
+    dots = "".join(f'<circle class="spark-cp" cx="{xy(i)[0]}" cy="{xy(i)[1]}" r="2.2" '
+                   'fill="#b2182b"/>' for i in marks if 0 <= i < v.size)
+    hollow = "".join(f'<circle class="spark-left-out" cx="{xy(i)[0]}" cy="{xy(i)[1]}" '
+                     'r="1.8" fill="#fff" stroke="#0072B2" stroke-width="0.8"/>' for i in out_of)
     return (head + f'<polyline class="mark" points="{coords}" fill="none" stroke="#0072B2" stroke-width="1.2"/>'
             + dots + hollow + "</svg>")

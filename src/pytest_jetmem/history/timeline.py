@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from pytest_jetmem.history.model import Ack, Points, SeriesKey, SessionRow, commit_order
+from pytest_jetmem.history.points_cache import PointsCache
 from pytest_jetmem.history.store import Store
 
 __all__ = ["History", "Series", "commit_of", "read_history"]
@@ -27,28 +28,62 @@ def commit_of(row: SessionRow) -> str:
     return row.context.commit or f"session:{row.uid}"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Series:
-    """The points of one series on one device: its sessions in commit order (``places``: their places among the
-    history's sessions), their medians and MADs (ms), and per session whether it counts for change points:
-    ``left_out`` (uncommitted changes, unless asked for; a 0 ms median) and ``outlier`` (an outlying session,
-    :func:`~pytest_jetmem.measure.changepoints.outliers`; empty until :func:`~.analysis.analysed` marks them)."""
+    """The points of one series on one device, held as arrays (no Python object per point): its sessions' places
+    among the history's sessions ``rows`` (in commit order), their medians and MADs (ms), and per session whether it
+    counts for change points: ``left_array`` (uncommitted changes, unless asked for; a 0 ms median) and
+    ``outlier_array`` (an outlying session, :func:`~pytest_jetmem.measure.changepoints.outliers`; None until
+    :func:`~.analysis.analysed` marks them). The tuples (``sessions``, ``medians``, ...) are made when asked."""
 
     key: SeriesKey
     device: str
-    sessions: tuple[SessionRow, ...]
-    medians: tuple[float, ...]
-    mads: tuple[float, ...]
-    left_out: tuple[bool, ...] = ()
-    outlier: tuple[bool, ...] = ()
-    places: tuple[int, ...] = ()
-    #: ``places`` and ``medians`` as arrays, for the detector (made from them; not compared)
-    place_array: np.ndarray = field(init=False, compare=False, repr=False)
-    median_array: np.ndarray = field(init=False, compare=False, repr=False)
+    rows: tuple[SessionRow, ...] = field(repr=False)  # the history's sessions, shared by its series
+    place_array: np.ndarray = field(repr=False)  # int64, ascending
+    median_array: np.ndarray = field(repr=False)  # float64, ms
+    mad_array: np.ndarray = field(repr=False)  # float64, ms
+    left_array: np.ndarray = field(repr=False)  # bool
+    outlier_array: np.ndarray | None = field(default=None, repr=False)  # bool
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "place_array", np.asarray(self.places, dtype=np.int64))
-        object.__setattr__(self, "median_array", np.asarray(self.medians, dtype=np.float64))
+    @functools.cached_property
+    def sessions(self) -> tuple[SessionRow, ...]:
+        """The series' sessions, in commit order."""
+        return _pick(self.rows, self.places)
+
+    @functools.cached_property
+    def places(self) -> tuple[int, ...]:
+        """Each session's place among the history's sessions."""
+        return tuple(self.place_array.tolist())
+
+    @functools.cached_property
+    def medians(self) -> tuple[float, ...]:
+        return tuple(self.median_array.tolist())
+
+    @functools.cached_property
+    def mads(self) -> tuple[float, ...]:
+        return tuple(self.mad_array.tolist())
+
+    @functools.cached_property
+    def left_out(self) -> tuple[bool, ...]:
+        return tuple(self.left_array.tolist())
+
+    @functools.cached_property
+    def outlier(self) -> tuple[bool, ...]:
+        """Each session's outlier mark (``()`` until :func:`~.analysis.analysed` marks them)."""
+        return () if self.outlier_array is None else tuple(self.outlier_array.tolist())
+
+    def __len__(self) -> int:
+        return int(self.place_array.size)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Series):
+            return NotImplemented
+        return (self.key, self.device, self.sessions) == (other.key, other.device, other.sessions) and all(
+            np.array_equal(a, b) for a, b in ((self.median_array, other.median_array),
+                                              (self.mad_array, other.mad_array), (self.left_array, other.left_array)))\
+            and self.outlier == other.outlier
+
+    __hash__ = None  # type: ignore[assignment]  # a value holding arrays
 
     @property
     def name(self) -> str:
@@ -57,18 +92,24 @@ class Series:
 
     def note(self, i: int) -> str:
         """Why session ``i`` does not count (``""`` where it does)."""
-        if self.left_out and self.left_out[i]:
-            return "uncommitted changes: left out" if self.sessions[i].context.dirty else "0 ms: left out"
-        return "outlier: left out" if self.outlier and self.outlier[i] else ""
+        if self.left_array[i]:
+            return "uncommitted changes: left out" if self.rows[int(self.place_array[i])].context.dirty \
+                else "0 ms: left out"
+        return "outlier: left out" if self.outlier_array is not None and self.outlier_array[i] else ""
 
     @functools.cached_property
     def notes(self) -> tuple[str, ...]:
         """:meth:`note` of every session."""
-        return tuple(self.note(i) for i in range(len(self.sessions)))
+        return tuple(self.note(i) if i in self._uncounted else "" for i in range(len(self)))
+
+    @functools.cached_property
+    def _uncounted(self) -> frozenset[int]:
+        odd = self.left_array if self.outlier_array is None else self.left_array | self.outlier_array
+        return frozenset(np.flatnonzero(odd).tolist())
 
     def uncounted(self) -> list[int]:
         """The indices of the sessions that do not count for change points."""
-        return [i for i, note in enumerate(self.notes) if note]
+        return sorted(self._uncounted)
 
     def commits(self) -> tuple[str, ...]:
         """Each session's commit (:func:`commit_of`)."""
@@ -118,19 +159,21 @@ def _numbers(labels: Sequence[str]) -> np.ndarray:
 
 
 def read_history(store: Store, branch: str | None, *, include_dirty: bool = False,
-                 chain: Sequence[str] = ()) -> History:
+                 chain: Sequence[str] = (), points: PointsCache | None = None) -> History:
     """``branch``'s history (None: every branch), read from ``store`` once: sessions in commit order
     (:func:`~.model.commit_order` with git's first-parent ``chain`` where given), every series per device with
     the sessions left out marked (uncommitted changes unless ``include_dirty``, 0 ms); outliers are marked by
-    :func:`~.analysis.analysed`, with the change points."""
+    :func:`~.analysis.analysed`, with the change points. ``points``: a cache of the points read before
+    (:mod:`~.points_cache`), so that only sessions stored since are read from the store."""
     rows = tuple(commit_order(store.sessions(branch=branch), chain))
     names = store.series()
-    series = _series_of(rows, names, store.points(branch=branch), include_dirty)
+    read = points.points(store, rows, branch) if points is not None else store.points(branch=branch)
+    series = _series_of(rows, names, read, include_dirty)
     series.sort(key=lambda s: (s.key.name, s.device))
     return History(branch, rows, tuple(series), tuple(store.acks()))
 
 
-def _series_of(rows: Sequence[SessionRow], names: Mapping[int, SeriesKey], points: Points,
+def _series_of(rows: tuple[SessionRow, ...], names: Mapping[int, SeriesKey], points: Points,
                include_dirty: bool) -> list[Series]:
     """The points grouped per series and device, each group in commit order (columns sorted at once), the
     sessions left out marked: uncommitted changes (unless ``include_dirty``), 0 ms."""
@@ -152,11 +195,9 @@ def _series_of(rows: Sequence[SessionRow], names: Mapping[int, SeriesKey], point
     starts = np.flatnonzero(np.r_[True, (series_id[1:] != series_id[:-1]) | (device[1:] != device[:-1])])
     ends = np.r_[starts[1:], at.size]
     dirty = np.array([bool(row.context.dirty) and not include_dirty for row in rows], dtype=bool)
-    left = (dirty[at] | (medians <= 0)).tolist()
-    places, med, mad = at.tolist(), medians.tolist(), mads.tolist()
-    return [Series(names[int(series_id[a])], device_names[int(device[a])], _pick(rows, places[a:b]),
-                   tuple(med[a:b]), tuple(mad[a:b]), tuple(left[a:b]), places=tuple(places[a:b]))
-            for a, b in zip(starts.tolist(), ends.tolist(), strict=True)]
+    left = dirty[at] | (medians <= 0)
+    return [Series(names[int(series_id[a])], device_names[int(device[a])], rows, at[a:b], medians[a:b], mads[a:b],
+                   left[a:b]) for a, b in zip(starts.tolist(), ends.tolist(), strict=True)]
 
 
 def _pick(rows: Sequence[SessionRow], places: Sequence[int]) -> tuple[SessionRow, ...]:
