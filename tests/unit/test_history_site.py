@@ -23,6 +23,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import urlsplit
 
+import numpy as np
 import pytest
 
 from history_sessions import H100, MODES, ORIN, commit_of, record, session
@@ -32,7 +33,7 @@ from pytest_jetmem.history.fleet import fleet_matrix
 from pytest_jetmem.history.model import StoredSession
 from pytest_jetmem.history.site import LIST_LEFT_OUT, MARKER, page_name, publish
 from pytest_jetmem.history.store import Store, open_store
-from pytest_jetmem.history.svg import MAX_POINTS, Point, nice_ticks, sparkline, thin
+from pytest_jetmem.history.svg import MAX_POINTS, Point, nice_ticks, sparkline, thin, thin_indices
 from pytest_jetmem.history.timeline import read_history
 
 UPGRADED = replace(ORIN, driver_version=12080, l4t_release="36.5.0")
@@ -412,6 +413,32 @@ def test_a_sparkline_marks_its_change_points() -> None:
     (svg,) = builder.root.all("svg")
     assert svg.attrs["role"] == "img" and svg.attrs["aria-label"] == "a series"
     assert len(svg.all("polyline", "mark")) == 1 and len(svg.all("circle", "spark-cp")) == 1
+
+
+def test_a_long_sparkline_is_thinned_around_its_change_point_and_keeps_every_left_out_session() -> None:
+    rng = random.Random(5)
+    values = np.array([1.0 + 0.01 * rng.gauss(0, 1) for _ in range(5000)])
+    values[3000:] *= 1.2
+    values[777] = 5.0  # a spike (left out: off the line)
+    builder = TreeBuilder()
+    builder.feed(sparkline(values, [3000], label="long", width=120, left_out=[777, 4000]))
+    (svg,) = builder.root.all("svg")
+    (line,) = svg.all("polyline", "mark")
+    xy = [tuple(map(float, pair.split(","))) for pair in line.attrs["points"].split()]
+    assert len(xy) <= 2 * 120 + 1 and [x for x, _ in xy] == sorted(x for x, _ in xy)
+    x_of = {i: round(1 + 118 * i / 4999, 1) for i in (0, 777, 2999, 3000, 4000, 4999)}
+    xs = {x for x, _ in xy}
+    assert {x_of[0], x_of[3000], x_of[4999]} <= xs and x_of[777] not in xs  # the change kept, the spike off it
+    assert min(y for _, y in xy) > 2.0  # the spike (top of the box) is not on the line
+    assert len(svg.all("circle", "spark-left-out")) == 2 and len(svg.all("circle", "spark-cp")) == 1
+
+
+def test_thinning_on_arrays_keeps_what_thinning_points_keeps() -> None:
+    rng = random.Random(8)
+    values = [1.0 + 0.01 * rng.gauss(0, 1) for _ in range(3333)]
+    points = [Point(i, v, 0.0) for i, v in enumerate(values)]
+    assert [p.x for p in thin(points, frozenset({17, 2048}))] == thin_indices(values, [17, 2048]).tolist()
+    assert thin_indices(values[:10], [99]).tolist() == list(range(10))
 
 
 def test_an_empty_store_publishes_an_index_and_an_empty_fleet(tmp_path: Path) -> None:
