@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pytest_jetmem.measure import stats as stats_module
 from pytest_jetmem.measure.stats import (
     StoppingRule,
     Summary,
@@ -222,6 +223,19 @@ def test_ratio_ci_brackets_the_point_ratio(b: list[float], c: list[float], seed:
     assert ratio == pytest.approx(float(np.median(c)) / float(np.median(b)))
     assert low <= ratio <= high
     assert min(c) / max(b) * (1 - 1e-12) <= low and high <= max(c) / min(b) * (1 + 1e-12)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(durations, min_size=1, max_size=300), st.integers(0, 2**32 - 1), st.integers(1, 700))
+def test_bootstrap_medians_are_numpys_medians_of_the_same_resamples(values: list[float], seed: int,
+                                                                    n_boot: int) -> None:
+    arr = np.array(values)
+    fast = stats_module._boot_medians(arr, n_boot, np.random.default_rng(seed))
+    rng, rows = np.random.default_rng(seed), max(1, stats_module._BOOT_CHUNK // arr.size)
+    plain = np.concatenate([np.median(arr[rng.integers(0, arr.size, size=(min(rows, n_boot - start), arr.size))],
+                                      axis=1) for start in range(0, n_boot, rows)]) if arr.size > 1 \
+        else np.full(n_boot, arr[0])
+    assert np.array_equal(fast, plain)  # bit for bit
 
 
 @settings(max_examples=50, deadline=None)

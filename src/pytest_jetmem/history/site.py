@@ -98,6 +98,11 @@ class _Data:
     def rows(self) -> tuple[SessionRow, ...]:
         return self.history.sessions
 
+    @functools.cached_property
+    def tips(self) -> tuple[str, ...]:
+        """Each session's tooltip in a chart: its commit and start."""
+        return tuple(f"{row.short_commit} {row.started[:16]}" for row in self.history.sessions)
+
     @property
     def tracks(self) -> tuple[Series, ...]:
         return self.history.series
@@ -324,9 +329,9 @@ def _points(track: Series, x_of: dict[int, int], data: _Data, starts: Iterable[i
     chosen = np.union1d(counted[thin_indices(track.median_array[counted], [at[p] for p in starts if p in at])],
                         uncounted)
     places, medians, mads = (a[chosen].tolist() for a in (track.place_array, track.median_array, track.mad_array))
-    notes = track.notes
-    return tuple(Point(x_of[p], m, d, f"{data.rows[p].short_commit} {data.rows[p].started[:16]}", notes[i])
-                 for i, p, m, d in zip(chosen.tolist(), places, medians, mads, strict=True))
+    notes, tips = track.notes, data.tips
+    return tuple(Point(x_of[p], m, d, tips[p], notes[i]) for i, p, m, d in zip(chosen.tolist(), places, medians, mads,
+                                                                               strict=True))
 
 
 def _chart(test: str, key: str, device: str, tracks: Sequence[Series], data: _Data) -> tuple[Chart, list[Change]]:

@@ -28,6 +28,7 @@ buckets, and every point a change point starts at is kept. GPU-free and pytest-f
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -86,6 +87,13 @@ class Line:
     name: str
     points: tuple[Point, ...]
     style: int  # its colour, dash pattern and marker shape: the same for one mode in every chart
+
+    @functools.cached_property
+    def columns(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The points' x, median and MAD as arrays."""
+        return (np.array([p.x for p in self.points], dtype=np.float64),
+                np.array([p.median for p in self.points], dtype=np.float64),
+                np.array([p.mad for p in self.points], dtype=np.float64))
 
 
 @dataclass(frozen=True)
@@ -267,14 +275,24 @@ class _Scale:
     def y(self, v: float) -> float:
         return self.y0 + (self.y1 - self.y0) * (v - self.lo) / (self.hi - self.lo)
 
+    def pairs(self, xs: Sequence[float] | np.ndarray, ys: Sequence[float] | np.ndarray, dx: float = 0.0) -> str:
+        """``x,y x,y ...`` of the points at session indices ``xs`` and values ``ys`` (as :meth:`x` and :meth:`y`
+        place them, to a tenth of a pixel), ``dx`` to the right: on arrays, one string a point."""
+        i, v = np.asarray(xs, dtype=np.float64), np.asarray(ys, dtype=np.float64)
+        px = np.full(i.shape, (self.x0 + self.x1) / 2) if self.n <= 1 else \
+            self.x0 + (self.x1 - self.x0) * i / (self.n - 1)
+        py = self.y0 + (self.y1 - self.y0) * (v - self.lo) / (self.hi - self.lo)
+        return " ".join([f"{x:.1f},{y:.1f}" for x, y in zip((px + dx).tolist(), py.tolist(), strict=True)])
+
 
 def _range(chart: Chart) -> tuple[float, float]:
     """The y range: every median +- MAD and change point level, padded 5%."""
-    values = [v for line in chart.lines for p in line.points for v in (p.median - p.mad, p.median + p.mad)]
-    values += [m.y for m in chart.markers]
-    if not values:
+    lows = [float((line.columns[1] - line.columns[2]).min()) for line in chart.lines if line.points]
+    highs = [float((line.columns[1] + line.columns[2]).max()) for line in chart.lines if line.points]
+    marks = [m.y for m in chart.markers]
+    if not (lows or marks):
         return 0.0, 1.0
-    lo, hi = min(values), max(values)
+    lo, hi = min(lows + marks), max(highs + marks)
     pad = (hi - lo) * 0.05 or abs(hi) * 0.05 or 1.0
     return max(lo - pad, 0.0) if lo >= 0 else lo - pad, hi + pad
 
@@ -349,8 +367,9 @@ def _spread(points: Sequence[Point], s: _Scale, colour: str, dx: float) -> str:
     if len(points) <= MAX_WHISKERS or len(points) == 1:
         d = "".join(f"M{_f(s.x(p.x) + dx)} {_f(s.y(p.median - p.mad))}V{_f(s.y(p.median + p.mad))}" for p in points)
         return f'<path class="mark spread" d="{d}" stroke="{colour}" stroke-width="1.5" fill="none"/>'
-    upper = " ".join(f"{_f(s.x(p.x) + dx)},{_f(s.y(p.median + p.mad))}" for p in points)
-    lower = " ".join(f"{_f(s.x(p.x) + dx)},{_f(s.y(p.median - p.mad))}" for p in reversed(points))
+    xs, medians, mads = (np.array([getattr(p, name) for p in points], dtype=np.float64)
+                         for name in ("x", "median", "mad"))
+    upper, lower = s.pairs(xs, medians + mads, dx), s.pairs(xs[::-1], (medians - mads)[::-1], dx)
     return f'<polygon class="mark spread" points="{upper} {lower}" fill="{colour}" fill-opacity="0.18" stroke="none"/>'
 
 
@@ -372,7 +391,7 @@ def _line(line: Line, chart: Chart, s: _Scale, dx: float) -> list[str]:
     counted = [p for p in line.points if not p.left_out]
     left_out = thin([p for p in line.points if p.left_out])
     points = thin(counted or line.points, keep)
-    coords = " ".join(f"{_f(s.x(p.x) + dx)},{_f(s.y(p.median))}" for p in points)
+    coords = s.pairs([p.x for p in points], [p.median for p in points], dx)
     out = [f'<g class="series" data-mode="{escape(line.name)}">', _spread(points, s, colour, dx),
            f'<polyline class="mark line" points="{coords}" fill="none" stroke="{colour}" stroke-width="1.6"'
            f"{_dash(dash)}><title>{escape(line.name)}</title></polyline>"]
@@ -397,12 +416,12 @@ def _dodges(chart: Chart, s: _Scale) -> dict[str, float]:
     """How far right each line is drawn: 0, or :data:`DODGE` more than each earlier line whose points it lies on
     (at half or more of the sessions both have, within 2 px)."""
     out: dict[str, float] = {}
-    ys = [{p.x: s.y(p.median) for p in line.points} for line in chart.lines]
+    ys = [s.y0 + (s.y1 - s.y0) * (line.columns[1] - s.lo) / (s.hi - s.lo) for line in chart.lines]
     for j, line in enumerate(chart.lines):
         shift = 0.0
         for i in range(j):
-            common = ys[i].keys() & ys[j].keys()
-            if common and 2 * sum(abs(ys[i][x] - ys[j][x]) < 2 for x in common) >= len(common):
+            _, at_i, at_j = np.intersect1d(chart.lines[i].columns[0], line.columns[0], return_indices=True)
+            if at_i.size and 2 * int(np.count_nonzero(np.abs(ys[i][at_i] - ys[j][at_j]) < 2)) >= at_i.size:
                 shift = max(shift, out[chart.lines[i].name] + DODGE)
         out[line.name] = shift
     return out
