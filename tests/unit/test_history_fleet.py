@@ -234,3 +234,14 @@ def test_a_real_gpu_store_merged_with_a_jetson_store_gives_two_columns(tmp_path:
     real_cells = [cell for (test, key, cls), cell in matrix.cells.items() if cls == h200]
     assert len(real_cells) >= 20 and any(cell.pick == "device" for cell in real_cells)
     assert "[2] Orin (sm_87)" in matrix.text() or "[1] Orin (sm_87)" in matrix.text()
+
+
+def test_the_advice_worked_out_in_forked_processes_is_the_advice_worked_out_here(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    history = read_history(store, None)
+    here = fleet_matrix(store, history)
+    monkeypatch.setattr(fleet, "PARALLEL_SESSIONS", 1)
+    monkeypatch.setattr(fleet.os, "cpu_count", lambda: 2)
+    forked = fleet_matrix(store, history)
+    assert len(here.cells) >= 3 and forked.cells == here.cells and forked.classes == here.classes

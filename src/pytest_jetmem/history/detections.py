@@ -2,20 +2,18 @@
 unchanged ones taken from the cache (:mod:`~.detection_cache`), the rest in parallel where there are many.
 
 A fleet's history is thousands of series of thousands of commits (the detector: about 0.1 s for 5000 commits, so
-minutes on one core): the series to detect are shared out among forked processes, which read them where the
-parent left them (nothing copied but the results). GPU-free and pytest-free.
+minutes on one core): the series to detect are shared out among forked processes (:mod:`~.forked`). GPU-free and
+pytest-free.
 """
 
 from __future__ import annotations
 
-import multiprocessing
 import os
-from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
 
 from pytest_jetmem.history.detection_cache import DetectionCache, detection_key
+from pytest_jetmem.history.forked import forked_map
 from pytest_jetmem.history.timeline import History, Series, positive
 from pytest_jetmem.measure.changepoints import Detection, analyse
 
@@ -25,7 +23,6 @@ __all__ = ["PARALLEL_POINTS", "detections"]
 PARALLEL_POINTS = 200_000
 
 _Job = tuple[np.ndarray, np.ndarray, np.ndarray, "np.ndarray | None"]
-_JOBS: list[_Job] = []  # the work of the forked processes, set while they run
 
 
 def _job(one: Series, history: History) -> _Job:
@@ -36,23 +33,9 @@ def _job(one: Series, history: History) -> _Job:
             one.left_array if one.left_array.size else None)
 
 
-def _detect(job: _Job | int) -> Detection:
-    values, groups, classes, exclude = _JOBS[job] if isinstance(job, int) else job
+def _detect(job: _Job) -> Detection:
+    values, groups, classes, exclude = job
     return analyse(values, groups=groups.tolist(), classes=classes.tolist(), exclude=exclude)
-
-
-def _run(jobs: Sequence[_Job], workers: int) -> list[Detection]:
-    """:func:`_detect` of every job, in ``workers`` forked processes (here where that is 1 or fork is missing)."""
-    global _JOBS
-    workers = min(workers, len(jobs))
-    if workers <= 1 or "fork" not in multiprocessing.get_all_start_methods():
-        return [_detect(job) for job in jobs]
-    _JOBS = list(jobs)
-    try:
-        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
-            return list(pool.map(_detect, range(len(jobs)), chunksize=max(1, len(jobs) // (8 * workers))))
-    finally:
-        _JOBS = []
 
 
 def detections(history: History, *, workers: int | None = None,
@@ -67,7 +50,7 @@ def detections(history: History, *, workers: int | None = None,
     if workers is None:
         points = sum(len(jobs[i][0]) for i in todo)
         workers = (os.cpu_count() or 1) if points >= PARALLEL_POINTS else 1
-    fresh = dict(zip(todo, _run([jobs[i] for i in todo], workers), strict=True))
+    fresh = dict(zip(todo, forked_map(_detect, [jobs[i] for i in todo], workers), strict=True))
     if cache is not None:
         cache.put({keys[i]: d for i, d in fresh.items()})
     return [fresh[i] if i in fresh else known[keys[i]] for i in range(len(jobs))]

@@ -24,17 +24,20 @@ class measured the test in two or more modes. GPU-free and pytest-free.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
+from pytest_jetmem.history.forked import forked_map
 from pytest_jetmem.history.model import SessionRow
 from pytest_jetmem.history.store import Store
 from pytest_jetmem.history.timeline import History
 from pytest_jetmem.machine.fingerprint import Machine
 from pytest_jetmem.measure.advice import Advice, DeviceFacts, advise
 from pytest_jetmem.measure.advice_terms import times
+from pytest_jetmem.measure.record import MeasurementRecord
 
 __all__ = ["FLEET_VERSION", "FleetCell", "FleetClass", "FleetMatrix", "fleet_matrix"]
 
@@ -203,13 +206,13 @@ _Subjects = dict[int, set[tuple[str, str]]]  # session id -> (test, key) pairs
 def _newest_sources(history: History) -> _Subjects:
     """Session id -> the (test, key) whose cell it gives: for each machine class and (test, key), the newest session
     (commit order) of that class that measured it in 2+ modes (from the series' places, no samples decoded)."""
-    by_subject: dict[tuple[str, str], dict[str, list[tuple[int, ...]]]] = {}
+    by_subject: dict[tuple[str, str], dict[str, list[np.ndarray]]] = {}
     for one in history.series:
-        by_subject.setdefault((one.key.test, one.key.key), {}).setdefault(one.key.mode, []).append(one.places)
+        by_subject.setdefault((one.key.test, one.key.key), {}).setdefault(one.key.mode, []).append(one.place_array)
     class_of = history.class_numbers
     wanted: _Subjects = {}
     for subject, modes in by_subject.items():
-        each = [np.unique(np.concatenate([np.asarray(p, dtype=np.int64) for p in ps])) for ps in modes.values()]
+        each = [np.unique(np.concatenate(ps)) for ps in modes.values()]
         at, count = np.unique(np.concatenate(each), return_counts=True)
         at = at[count >= 2]  # the sessions that measured it in 2+ modes
         newest: dict[int, int] = dict(zip(class_of[at].tolist(), at.tolist(), strict=True))  # the last place wins
@@ -218,15 +221,25 @@ def _newest_sources(history: History) -> _Subjects:
     return wanted
 
 
-def _class_cells(store: Store, cls: str, rows: list[SessionRow], wanted: _Subjects
-                 ) -> dict[tuple[str, str, str], FleetCell]:
-    """The cells of class ``cls``: one ``advise`` per session that gives any."""
+def _advice(job: tuple[list[MeasurementRecord], DeviceFacts | None]) -> tuple[Advice, ...]:
+    records, facts = job
+    return tuple(advise(records, facts).advice)
+
+
+#: Sessions to advise from at or above which the advice is worked out in one process per CPU.
+PARALLEL_SESSIONS = 8
+
+
+def _cells(store: Store, by_class: Mapping[str, Sequence[SessionRow]], wanted: _Subjects
+           ) -> dict[tuple[str, str, str], FleetCell]:
+    """The cells of every class: one ``advise`` per session that gives any (its records read here, the advice
+    worked out in forked processes where there are many)."""
+    sources = [(cls, row) for cls, rows in by_class.items() for row in rows if row.id in wanted]
+    jobs = [(store.records(row.id), DeviceFacts.from_json(row.device_facts)) for _, row in sources]
+    workers = (os.cpu_count() or 1) if len(jobs) >= PARALLEL_SESSIONS else 1
     cells: dict[tuple[str, str, str], FleetCell] = {}
-    for row in rows:
-        if row.id not in wanted:
-            continue
-        facts = DeviceFacts.from_json(row.device_facts)
-        for a in advise(store.records(row.id), facts).advice:
+    for (cls, row), advice in zip(sources, forked_map(_advice, jobs, workers), strict=True):
+        for a in advice:
             if (a.test, a.key) in wanted[row.id]:
                 cells[(a.test, a.key, cls)] = FleetCell(cls, row.machine.device, row.uid, row.context.commit, a)
     return cells
@@ -240,9 +253,7 @@ def fleet_matrix(store: Store, history: History) -> FleetMatrix:
     for row in history.sessions:
         by_class.setdefault(row.machine.machine_class, []).append(row)
     wanted = _newest_sources(history)
-    cells: dict[tuple[str, str, str], FleetCell] = {}
-    for cls, rows in by_class.items():
-        cells.update(_class_cells(store, cls, rows, wanted))
+    cells = _cells(store, by_class, wanted)
     machines = {cls: rows[-1].machine for cls, rows in by_class.items()}
     labels = _labels(machines)
     classes = sorted(

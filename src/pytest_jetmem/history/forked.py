@@ -1,0 +1,42 @@
+"""A function mapped over many jobs in forked processes: how the history's CPU-bound work (change points, the
+fleet matrix's advice) uses every core of the machine that reads a fleet.
+
+The jobs stay where the parent left them (a fork shares its memory); a child is handed only an index and sends back
+only its result (pickled). Where there is one worker, or no ``fork`` (Windows, macOS's default spawn is not used), it
+runs here. GPU-free and pytest-free; nothing here touches a store (a connection must not cross a fork).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from typing import Any, TypeVar
+
+__all__ = ["forked_map"]
+
+J = TypeVar("J")
+R = TypeVar("R")
+
+_WORK: tuple[Callable[[Any], Any], Sequence[Any]] | None = None  # set while the children run
+
+
+def _one(i: int) -> Any:
+    assert _WORK is not None
+    fn, jobs = _WORK
+    return fn(jobs[i])
+
+
+def forked_map(fn: Callable[[J], R], jobs: Sequence[J], workers: int) -> list[R]:
+    """``[fn(job) for job in jobs]``, computed in ``workers`` forked processes (here where that is 1 or fork is
+    missing); ``fn`` a module-level function, its results picklable."""
+    global _WORK
+    workers = min(workers, len(jobs))
+    if workers <= 1 or "fork" not in multiprocessing.get_all_start_methods():
+        return [fn(job) for job in jobs]
+    _WORK = (fn, jobs)
+    try:
+        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
+            return list(pool.map(_one, range(len(jobs)), chunksize=max(1, len(jobs) // (8 * workers))))
+    finally:
+        _WORK = None
