@@ -270,7 +270,7 @@ def _regressions(args: argparse.Namespace, out: TextIO) -> int:
         since = _since_key(args.since, history) if args.since else None
         failing = [c for c in found if _is_failing(c, args.min_pct, since)]
         if args.new:
-            failing = unreported(failing, history.series, store.reported())
+            failing = unreported(failing, history, store.reported())
             store.mark_reported([(c.series, c.device, c.after.uid, c.after.context.commit, c.point.change_pct)
                                  for c in failing])
     found.sort(key=lambda c: _order_key(c.after), reverse=True)

@@ -27,6 +27,7 @@ import numpy as np
 import pytest
 
 from history_sessions import H100, MODES, ORIN, commit_of, record, session
+from pytest_jetmem.history import site as site_module
 from pytest_jetmem.history.analysis import analysed, changes
 from pytest_jetmem.history.context import SessionContext
 from pytest_jetmem.history.fleet import fleet_matrix
@@ -316,6 +317,22 @@ def test_progress_is_told_after_each_file(store: Store, tmp_path: Path) -> None:
     history = read_history(store, "main")
     pages = publish(store, *analysed(history), tmp_path / "site", progress=lambda d, t: calls.append((d, t)))
     assert calls == [(i, len(pages)) for i in range(1, len(pages) + 1)]
+
+
+def test_pages_made_in_forked_processes_are_the_pages_made_here(
+    store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    history, found = analysed(read_history(store, "main"))
+    here = publish(store, history, found, tmp_path / "here")
+    monkeypatch.setattr(site_module, "PARALLEL_POINTS", 0)
+    monkeypatch.setattr(site_module.os, "cpu_count", lambda: 2)
+    calls: list[tuple[int, int]] = []
+    forked = publish(store, history, found, tmp_path / "forked", progress=lambda d, t: calls.append((d, t)))
+    assert [p.name for p in forked] == [p.name for p in here] and len(here) >= 4
+    assert calls == [(i, len(forked)) for i in range(1, len(forked) + 1)]
+    stamp = re.compile(r"Published [0-9T:-]+Z")
+    for a, b in zip(here, forked, strict=True):
+        assert stamp.sub("", a.read_text(encoding="utf-8")) == stamp.sub("", b.read_text(encoding="utf-8")), a.name
 
 
 # -- writing it -----------------------------------------------------------------------------------------------------

@@ -107,26 +107,21 @@ def changes(history: History, *, workers: int | None = None, cache: DetectionCac
     return analysed(history, workers=workers, cache=cache)[1]
 
 
-def _places(one: Series) -> dict[str, int]:
-    """Each session's commit's place in ``one`` (0 for the first commit)."""
-    commits, place, k = one.commits(), {}, -1
-    for i, row in enumerate(one.sessions):
-        k += i == 0 or commits[i] != commits[i - 1]
-        place[row.uid] = k
-    return place
-
-
-def unreported(found: Sequence[Change], series: Sequence[Series], reported: Sequence[Reported]) -> list[Change]:
+def unreported(found: Sequence[Change], history: History, reported: Sequence[Reported]) -> list[Change]:
     """The change points of ``found`` that no ``reported`` one of the same series and device lies within
-    :data:`REPORT_REACH` commits of (``series``: what they were found in). A change point reported once stays
+    :data:`REPORT_REACH` commits of (``history``: what they were found in). A change point reported once stays
     reported while later sessions move it by a commit or two."""
     wanted = {(r.series, r.device) for r in reported} & {(c.series, c.device) for c in found}
-    places = {(one.key, one.device): _places(one) for one in series if (one.key, one.device) in wanted}
+    series = {(one.key, one.device): one for one in history.series if (one.key, one.device) in wanted}
     marks: dict[tuple[SeriesKey, str], list[int]] = {}
     for r in reported:
-        at = places.get((r.series, r.device), {}).get(r.session_uid)
-        if at is not None:
-            marks.setdefault((r.series, r.device), []).append(at)
+        one, place = series.get((r.series, r.device)), history.place.get(r.session_uid)
+        if one is None or place is None:
+            continue
+        at = int(np.searchsorted(one.place_array, place))
+        if at < len(one) and one.place_array[at] == place:  # the session is one of the series': its commit's place
+            commits = history.commit_numbers[one.place_array[: at + 1]]
+            marks.setdefault((r.series, r.device), []).append(int(np.count_nonzero(commits[1:] != commits[:-1])))
     return [c for c in found if all(abs(c.position - m) > REPORT_REACH for m in marks.get((c.series, c.device), ()))]
 
 

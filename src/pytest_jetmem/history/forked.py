@@ -9,7 +9,7 @@ runs here. GPU-free and pytest-free; nothing here touches a store (a connection 
 from __future__ import annotations
 
 import multiprocessing
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any, TypeVar
 
@@ -27,16 +27,28 @@ def _one(i: int) -> Any:
     return fn(jobs[i])
 
 
-def forked_map(fn: Callable[[J], R], jobs: Sequence[J], workers: int) -> list[R]:
+def forked_map(fn: Callable[[J], R], jobs: Sequence[J], workers: int,
+               done: Callable[[int, R], None] | None = None) -> list[R]:
     """``[fn(job) for job in jobs]``, computed in ``workers`` forked processes (here where that is 1 or fork is
-    missing); ``fn`` a module-level function, its results picklable."""
+    missing); ``fn`` a module-level function, its results picklable. ``done(k)`` is called here as the first ``k``
+    results are in, with the ``k``-th (in order)."""
     global _WORK
     workers = min(workers, len(jobs))
+    out: list[R] = []
     if workers <= 1 or "fork" not in multiprocessing.get_all_start_methods():
-        return [fn(job) for job in jobs]
-    _WORK = (fn, jobs)
+        results: Iterator[R] = (fn(job) for job in jobs)
+        pool = None
+    else:
+        _WORK = (fn, jobs)
+        pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"))
+        results = pool.map(_one, range(len(jobs)), chunksize=max(1, len(jobs) // (8 * workers)))
     try:
-        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
-            return list(pool.map(_one, range(len(jobs)), chunksize=max(1, len(jobs) // (8 * workers))))
+        for result in results:
+            out.append(result)
+            if done is not None:
+                done(len(out), result)
     finally:
         _WORK = None
+        if pool is not None:
+            pool.shutdown(cancel_futures=True)
+    return out

@@ -46,6 +46,7 @@ import numpy as np
 from pytest_jetmem.history.analysis import Change
 from pytest_jetmem.history.context import utc_iso
 from pytest_jetmem.history.fleet import FleetCell, FleetMatrix, fleet_matrix
+from pytest_jetmem.history.forked import forked_map
 from pytest_jetmem.history.model import SeriesKey, SessionRow
 from pytest_jetmem.history.store import Store
 from pytest_jetmem.history.svg import Boundary, Chart, Line, Marker, Point, series_chart, sparkline, thin_indices
@@ -97,6 +98,10 @@ class _Data:
     @property
     def rows(self) -> tuple[SessionRow, ...]:
         return self.history.sessions
+
+    def prepare(self) -> None:
+        """Work out what every page reads of this value (its cached parts)."""
+        _ = self._by_series, self.tips, self.place, self.classes, self.modes, self.history.commit_numbers
 
     @functools.cached_property
     def tips(self) -> tuple[str, ...]:
@@ -498,15 +503,25 @@ def _swap(new: Path, out_dir: Path) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
-def _write(folder: Path, pages: Iterable[tuple[str, Callable[[], str]]],
-           progress: Callable[[int, int], None] | None, total: int) -> list[str]:
-    names = []
-    for done, (name, render) in enumerate(pages, 1):
-        (folder / name).write_text(render(), encoding="utf-8")
-        names.append(name)
+#: Histories of at least this many points have their pages made in one process per CPU (:mod:`~.forked`).
+PARALLEL_POINTS = 200_000
+
+
+def _render(page: tuple[str, Callable[[], str]]) -> str:
+    return page[1]()
+
+
+def _write(folder: Path, pages: Sequence[tuple[str, Callable[[], str]]],
+           progress: Callable[[int, int], None] | None, workers: int) -> list[str]:
+    """Make the pages (in ``workers`` forked processes) and write each here as it comes, in order."""
+
+    def written(done: int, text: str) -> None:
+        (folder / pages[done - 1][0]).write_text(text, encoding="utf-8")
         if progress is not None:
-            progress(done, total)
-    return names
+            progress(done, len(pages))
+
+    forked_map(_render, pages, workers, done=written)
+    return [name for name, _ in pages]
 
 
 def publish(store: Store, history: History, found: Sequence[Change], out_dir: Path, *,
@@ -533,7 +548,9 @@ def publish(store: Store, history: History, found: Sequence[Change], out_dir: Pa
     try:
         (tmp / MARKER).write_text("a site written by pytest-jetmem history publish; it replaces this folder whole\n",
                                   encoding="utf-8")
-        names = _write(tmp, jobs, progress, len(jobs))
+        points = sum(len(t) for t in data.tracks)
+        data.prepare()  # made once here, not in each process
+        names = _write(tmp, jobs, progress, (os.cpu_count() or 1) if points >= PARALLEL_POINTS else 1)
         tmp.chmod(0o755)
         _swap(tmp, out_dir)
     except BaseException:
