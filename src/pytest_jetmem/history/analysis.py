@@ -70,7 +70,7 @@ def _near(one: Series, cp: ChangePoint, firsts: list[int]) -> str:
     at = firsts.index(cp.index)
     around = range(max(at - REPORT_REACH, 1), min(at + REPORT_REACH + 1, len(firsts)))
     for k in sorted(around, key=lambda k: abs(k - at)):
-        changed = one.sessions[firsts[k] - 1].machine.changes(one.sessions[firsts[k]].machine)
+        changed = one.session(firsts[k] - 1).machine.changes(one.session(firsts[k]).machine)
         if changed and k != at:
             return f"{abs(k - at)} commit(s) {'before' if k < at else 'after'} ({'; '.join(changed)})"
     return ""
@@ -88,15 +88,19 @@ def analysed(history: History, *, workers: int | None = None,
     acks = {(a.series, a.device, a.session_uid): a for a in history.acks}
     found: list[Change] = []
     marked: list[Series] = []
+    causes: dict[tuple[int, int], tuple[str, ...]] = {}
     for one, detection in zip(history.series, detections(history, workers=workers, cache=cache), strict=True):
         odd = np.zeros(len(one), dtype=bool)
         odd[list(detection.outliers)] = True
         marked.append(replace(one, outlier_array=odd))
         firsts = _firsts(history.commit_numbers[one.place_array])
         for cp in detection.changes:
-            before, after = one.sessions[cp.before_index], one.sessions[cp.index]
+            before, after = one.session(cp.before_index), one.session(cp.index)
             ack = acks.get((one.key, one.device, after.uid))
-            cause = tuple(before.machine.changes(after.machine))
+            pair = (id(before.machine), id(after.machine))  # sessions of one machine class share their Machine
+            if pair not in causes:
+                causes[pair] = tuple(before.machine.changes(after.machine))
+            cause = causes[pair]
             near = "" if cause else _near(one, cp, firsts)
             found.append(Change(one.key, one.device, cp, before, after, cause, ack, near, firsts.index(cp.index)))
     return replace(history, series=tuple(marked)), found

@@ -539,7 +539,8 @@ class Store:
             params,
         )
         machines: dict[str, Machine] = {}  # a machine's JSON -> its Machine: one per class, not one per session
-        return [_session_row(row, machines) for row in rows]
+        facts_seen: dict[str, dict[str, object]] = {}
+        return [_session_row(row, machines, facts_seen) for row in rows]
 
     def series(self) -> dict[int, SeriesKey]:
         """Every series, by its id."""
@@ -649,9 +650,11 @@ class Store:
         return int(row[0]), int(row[1]), int(row[2])
 
 
-def _session_row(row: Sequence[Any], machines: dict[str, Machine]) -> SessionRow:
+def _session_row(row: Sequence[Any], machines: dict[str, Machine],
+                 facts_seen: dict[str, dict[str, object]] | None = None) -> SessionRow:
     """A session's row as a SessionRow; ``machines``: the Machines decoded so far, by their JSON (a Machine is
-    immutable: sessions of one machine share it)."""
+    immutable: sessions of one machine share it); ``facts_seen``: the device facts decoded so far, by their JSON
+    (each row gets its own copy)."""
     (id_, uid, started, stored, commit, branch, commit_time, parents, dirty, url, machine, origin, version, facts) = row
     context = SessionContext(
         commit=commit,
@@ -664,8 +667,11 @@ def _session_row(row: Sequence[Any], machines: dict[str, Machine]) -> SessionRow
     decoded = machines.get(machine)
     if decoded is None:
         decoded = machines[machine] = Machine.from_dict(json.loads(machine))
+    known = facts_seen if facts_seen is not None else {}
+    if facts and facts not in known:
+        known[facts] = json.loads(facts)
     return SessionRow(int(id_), uid, started, stored, context, decoded, origin, version,
-                      json.loads(facts) if facts else None)
+                      dict(known[facts]) if facts else None)
 
 
 def open_store(text: str, base: str | os.PathLike[str] = ".", *, create: bool = True, write: bool = False,

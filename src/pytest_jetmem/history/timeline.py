@@ -50,6 +50,10 @@ class Series:
         """The series' sessions, in commit order."""
         return _pick(self.rows, self.places)
 
+    def session(self, i: int) -> SessionRow:
+        """The series' ``i``-th session (without making :attr:`sessions`)."""
+        return self.rows[int(self.place_array[i])]
+
     @functools.cached_property
     def places(self) -> tuple[int, ...]:
         """Each session's place among the history's sessions."""
