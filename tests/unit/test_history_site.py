@@ -33,8 +33,10 @@ from pytest_jetmem.history.context import SessionContext
 from pytest_jetmem.history.fleet import fleet_matrix
 from pytest_jetmem.history.model import StoredSession
 from pytest_jetmem.history.site import LIST_LEFT_OUT, MARKER, page_name, publish
+from pytest_jetmem.history.sparkline import sparkline
 from pytest_jetmem.history.store import Store, open_store
-from pytest_jetmem.history.svg import MAX_POINTS, Point, nice_ticks, sparkline, thin, thin_indices
+from pytest_jetmem.history.svg import MAX_POINTS, Point, nice_ticks, thin
+from pytest_jetmem.history.thinning import thin_indices
 from pytest_jetmem.history.timeline import read_history
 
 UPGRADED = replace(ORIN, driver_version=12080, l4t_release="36.5.0")

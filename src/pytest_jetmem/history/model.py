@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -17,7 +19,7 @@ from pytest_jetmem.history.context import SessionContext
 from pytest_jetmem.machine.fingerprint import Machine
 from pytest_jetmem.measure.record import MeasurementRecord
 
-__all__ = ["Ack", "Points", "Reported", "SeriesKey", "SessionRow", "StoredSession", "commit_order"]
+__all__ = ["Ack", "Points", "Reported", "SeriesKey", "SessionRow", "StoredSession", "commit_order", "session_row"]
 
 
 @dataclass(frozen=True)
@@ -189,3 +191,27 @@ def commit_order(sessions: Iterable[SessionRow], chain: Sequence[str] = ()) -> l
         placed = set(out)
         out += [k for k in order if k not in placed]
     return [row for k in out for row in groups[k]]
+
+
+def session_row(row: Sequence[Any], machines: dict[str, Machine],
+                facts_seen: dict[str, dict[str, object]] | None = None) -> SessionRow:
+    """A session's row of the store (the columns :meth:`~.store.Store.sessions` reads) as a SessionRow;
+    ``machines``: the Machines decoded so far, by their JSON (a Machine is immutable: sessions of one machine share
+    it); ``facts_seen``: the device facts decoded so far, by their JSON (each row gets its own copy)."""
+    (id_, uid, started, stored, commit, branch, commit_time, parents, dirty, url, machine, origin, version, facts) = row
+    context = SessionContext(
+        commit=commit,
+        branch=branch,
+        commit_time=commit_time,
+        parents=tuple(parents.split()) if parents is not None else None,
+        dirty=None if dirty is None else bool(dirty),
+        ci_url=url,
+    )
+    decoded = machines.get(machine)
+    if decoded is None:
+        decoded = machines[machine] = Machine.from_dict(json.loads(machine))
+    known = facts_seen if facts_seen is not None else {}
+    if facts and facts not in known:
+        known[facts] = json.loads(facts)
+    return SessionRow(int(id_), uid, started, stored, context, decoded, origin, version,
+                      dict(known[facts]) if facts else None)

@@ -48,8 +48,10 @@ from pytest_jetmem.history.context import utc_iso
 from pytest_jetmem.history.fleet import FleetCell, FleetMatrix, fleet_matrix
 from pytest_jetmem.history.forked import forked_map
 from pytest_jetmem.history.model import SeriesKey, SessionRow
+from pytest_jetmem.history.sparkline import sparkline
 from pytest_jetmem.history.store import Store
-from pytest_jetmem.history.svg import Boundary, Chart, Line, Marker, Point, series_chart, sparkline, thin_indices
+from pytest_jetmem.history.svg import Boundary, Chart, Line, Marker, Point, series_chart
+from pytest_jetmem.history.thinning import thin_indices
 from pytest_jetmem.history.timeline import History, Series
 from pytest_jetmem.machine.fingerprint import FINGERPRINT_FIELDS, Machine
 from pytest_jetmem.measure.advice_terms import times

@@ -33,9 +33,9 @@ from typing import Any, Protocol, TypeVar
 
 from pytest_jetmem.errors import StoreError, StoreErrorKind
 from pytest_jetmem.history.codec import pack_record, pack_samples, unpack_record, unpack_samples
-from pytest_jetmem.history.context import SessionContext, utc_iso
+from pytest_jetmem.history.context import utc_iso
 from pytest_jetmem.history.location import DEFAULT_PATH, Location, hidden, parse_location
-from pytest_jetmem.history.model import Ack, Points, Reported, SeriesKey, SessionRow, StoredSession
+from pytest_jetmem.history.model import Ack, Points, Reported, SeriesKey, SessionRow, StoredSession, session_row
 from pytest_jetmem.history.pgpoints import PACKED, points_of_packed
 from pytest_jetmem.history.schema import DIALECTS, MIGRATIONS, SCHEMA_VERSION, Dialect
 from pytest_jetmem.machine.fingerprint import Machine
@@ -540,7 +540,7 @@ class Store:
         )
         machines: dict[str, Machine] = {}  # a machine's JSON -> its Machine: one per class, not one per session
         facts_seen: dict[str, dict[str, object]] = {}
-        return [_session_row(row, machines, facts_seen) for row in rows]
+        return [session_row(row, machines, facts_seen) for row in rows]
 
     def series(self) -> dict[int, SeriesKey]:
         """Every series, by its id."""
@@ -648,30 +648,6 @@ class Store:
         row = self._rows("SELECT (SELECT count(*) FROM jetmem_sessions), (SELECT count(*) FROM jetmem_series), "
                          "(SELECT count(*) FROM jetmem_measurements)")[0]
         return int(row[0]), int(row[1]), int(row[2])
-
-
-def _session_row(row: Sequence[Any], machines: dict[str, Machine],
-                 facts_seen: dict[str, dict[str, object]] | None = None) -> SessionRow:
-    """A session's row as a SessionRow; ``machines``: the Machines decoded so far, by their JSON (a Machine is
-    immutable: sessions of one machine share it); ``facts_seen``: the device facts decoded so far, by their JSON
-    (each row gets its own copy)."""
-    (id_, uid, started, stored, commit, branch, commit_time, parents, dirty, url, machine, origin, version, facts) = row
-    context = SessionContext(
-        commit=commit,
-        branch=branch,
-        commit_time=commit_time,
-        parents=tuple(parents.split()) if parents is not None else None,
-        dirty=None if dirty is None else bool(dirty),
-        ci_url=url,
-    )
-    decoded = machines.get(machine)
-    if decoded is None:
-        decoded = machines[machine] = Machine.from_dict(json.loads(machine))
-    known = facts_seen if facts_seen is not None else {}
-    if facts and facts not in known:
-        known[facts] = json.loads(facts)
-    return SessionRow(int(id_), uid, started, stored, context, decoded, origin, version,
-                      dict(known[facts]) if facts else None)
 
 
 def open_store(text: str, base: str | os.PathLike[str] = ".", *, create: bool = True, write: bool = False,

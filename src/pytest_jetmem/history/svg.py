@@ -36,11 +36,11 @@ from html import escape
 
 import numpy as np
 
-__all__ = ["FONT", "MAX_POINTS", "Boundary", "Chart", "Line", "Marker", "Point", "nice_ticks", "series_chart",
-           "sparkline", "text_width", "thin", "thin_indices"]
+from pytest_jetmem.history.thinning import MAX_POINTS, thin_indices
 
-#: The most points a line keeps (about one per pixel of the plot); longer lines are thinned (:func:`thin`).
-MAX_POINTS = 1000
+__all__ = ["FONT", "MAX_POINTS", "Boundary", "Chart", "Line", "Marker", "Point", "nice_ticks", "series_chart",
+           "text_width", "thin"]
+
 #: Below this many points a line's spread is drawn as whiskers, above as a band.
 MAX_WHISKERS = 120
 #: Below this many points every point gets a marker; above, about this many evenly spaced.
@@ -154,26 +154,6 @@ def nice_ticks(lo: float, hi: float, count: int = 5) -> list[float]:
     first = math.ceil(lo / step - 1e-9) * step
     n = math.floor((hi - first) / step + 1e-9) + 1
     return [round(first + i * step, 12) for i in range(n)]
-
-
-def thin_indices(values: Sequence[float] | np.ndarray, keep: Iterable[int] = (), limit: int = MAX_POINTS
-                 ) -> np.ndarray:
-    """The indices of ``values`` that a chart draws, ascending: all where there are at most ``limit``; else the
-    first, last, lowest and highest of each of ``limit // 4`` buckets, and every index in ``keep`` (the steps and
-    extremes stay where they are). On arrays: no Python object per point."""
-    v = np.asarray(values, dtype=np.float64)
-    n = int(v.size)
-    if n <= limit:
-        return np.arange(n, dtype=np.int64)
-    buckets = max(limit // 4, 1)
-    size = n / buckets
-    chosen = {i for i in keep if 0 <= i < n}
-    for b in range(buckets):
-        lo, hi = int(b * size), min(int((b + 1) * size), n)
-        if lo < hi:
-            seg = v[lo:hi]
-            chosen.update((lo, hi - 1, lo + int(seg.argmin()), lo + int(seg.argmax())))
-    return np.array(sorted(chosen), dtype=np.int64)
 
 
 def thin(points: Sequence[Point], keep: frozenset[int] = frozenset(), limit: int = MAX_POINTS) -> list[Point]:
@@ -595,36 +575,3 @@ def series_chart(chart: Chart) -> str:
         f'<title id="{ident}-t">{escape(chart.title)}</title><desc id="{ident}-d">{escape(chart.desc)}</desc>',
     ]
     return "\n".join([*head, *drawn, *legend, *keyed, "</svg>"])
-
-
-def sparkline(values: Sequence[float] | np.ndarray, marks: Sequence[int] = (), *, label: str, width: int = 120,
-              height: int = 24, left_out: Sequence[int] = ()) -> str:
-    """A small line of ``values`` (thinned to about two points a pixel) with a dot at each index in ``marks``
-    (change points) and a hollow dot at each in ``left_out`` (sessions that do not count, off the line),
-    ``role="img"`` with ``label`` as its accessible name."""
-    tip = f"<title>{escape(label)}</title>"
-    head = (f'<svg class="spark" role="img" aria-label="{escape(label)}" viewBox="0 0 {width} {height}" '
-            f'width="{width}" height="{height}">{tip}')
-    v = np.asarray(values, dtype=np.float64)
-    if not v.size:
-        return head + "</svg>"
-    out_of = sorted({i for i in left_out if 0 <= i < v.size})
-    counted = np.setdiff1d(np.arange(v.size), np.asarray(out_of, dtype=np.int64))
-    if not counted.size:
-        counted = np.arange(v.size)
-    where = {int(i): k for k, i in enumerate(counted.tolist())} if marks else {}
-    drawn = counted[thin_indices(v[counted], [where[m] for m in marks if m in where], limit=2 * width)]
-    lo, hi = float(v.min()), float(v.max())
-    span = (hi - lo) or abs(hi) or 1.0
-    n = max(v.size - 1, 1)
-
-    def xy(i: int) -> tuple[str, str]:
-        return _f(1 + (width - 2) * i / n), _f(height - 2 - (height - 4) * (float(v[i]) - lo) / span)
-
-    coords = " ".join(",".join(xy(i)) for i in drawn.tolist())
-    dots = "".join(f'<circle class="spark-cp" cx="{xy(i)[0]}" cy="{xy(i)[1]}" r="2.2" '
-                   'fill="#b2182b"/>' for i in marks if 0 <= i < v.size)
-    hollow = "".join(f'<circle class="spark-left-out" cx="{xy(i)[0]}" cy="{xy(i)[1]}" '
-                     'r="1.8" fill="#fff" stroke="#0072B2" stroke-width="0.8"/>' for i in out_of)
-    return (head + f'<polyline class="mark" points="{coords}" fill="none" stroke="#0072B2" stroke-width="1.2"/>'
-            + dots + hollow + "</svg>")
