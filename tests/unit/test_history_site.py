@@ -27,6 +27,7 @@ import numpy as np
 import pytest
 
 from history_sessions import H100, MODES, ORIN, commit_of, record, session
+from pytest_jetmem.cuda.mode_styles import mode_style
 from pytest_jetmem.history import site as site_module
 from pytest_jetmem.history.analysis import analysed, changes
 from pytest_jetmem.history.context import SessionContext
@@ -38,6 +39,7 @@ from pytest_jetmem.history.store import Store, open_store
 from pytest_jetmem.history.svg import MAX_POINTS, Point, nice_ticks, thin
 from pytest_jetmem.history.thinning import thin_indices
 from pytest_jetmem.history.timeline import read_history
+from pytest_jetmem.report import charts
 
 UPGRADED = replace(ORIN, driver_version=12080, l4t_release="36.5.0")
 CODE_STEP, UPGRADE = 30, 45
@@ -276,6 +278,18 @@ def test_a_test_page_has_a_chart_per_key_and_device_with_its_marks(site: tuple[P
     tables = doc.all("table", "changes")
     assert len(tables) == 1 and len(_rows(tables[0])) == 2 * len(MODES)
     assert sum(REASON in r.content() for r in _rows(tables[0])) == 1
+
+
+def test_a_mode_is_drawn_in_the_colour_and_dash_of_the_session_report(site: tuple[Path, list[Path]]) -> None:
+    drawn = set()
+    for page in site[1]:
+        text = page.read_text(encoding="utf-8")
+        drawn |= set(re.findall(r'<g class="series" data-mode="(\w+)">\s*<[^>]*>\s*<polyline class="mark line" '
+                                r'points="[^"]*" fill="none" stroke="(#\w+)" stroke-width="[\d.]+"'
+                                r'(?: stroke-dasharray="([\d ]+)")?', text))
+    assert {mode for mode, _, _ in drawn} >= {"device", "managed"}
+    for mode, colour, dash in drawn:
+        assert (colour, dash) == (charts.mode_color(mode, [mode]), mode_style(mode).dash), mode
 
 
 def test_a_test_of_the_orin_alone_has_one_chart(site: tuple[Path, list[Path]]) -> None:

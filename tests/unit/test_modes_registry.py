@@ -29,6 +29,7 @@ from fakes.records import record
 from pytest_jetmem.correctness import coherence
 from pytest_jetmem.cuda import driver, modes
 from pytest_jetmem.cuda.device import DeviceInfo
+from pytest_jetmem.cuda.mode_styles import COLOURS, GREY, mode_style
 from pytest_jetmem.cuda.modes import Allocation, HostAccess, MemoryMode, Pool, ZeroCopyMode
 from pytest_jetmem.demo.tables import format_tables
 from pytest_jetmem.errors import HostAccessError
@@ -320,9 +321,11 @@ def test_the_runtimes_table_and_the_report_show_the_modes_in_registry_order(
     named = next(svg for svg in legends if "test_named" in svg)
     legend = re.findall(r'<text x="[\d.]+" y="16" class="tick">(\w+)</text>', named)
     assert legend == ["device", "zero_copy", "pinned_staging", "write_combined"]  # rows came in the reverse order
-    assert f'fill="{charts.PALETTE[6]}"' in named  # write_combined's colour: its place in the registry
-    assert charts.mode_color("zero_copy", legend) == charts.PALETTE[2]
-    assert charts.mode_color("mystery", [*legend, "mystery"]) == charts.PALETTE[7]
+    assert f'fill="{COLOURS[6 % len(COLOURS)]}"' in named  # write_combined's colour: its place in the registry
+    assert charts.mode_color("zero_copy", legend) == COLOURS[2]
+    assert charts.mode_color("mystery", [*legend, "mystery"]) == COLOURS[7 % len(COLOURS)]
+    assert mode_style("mystery", [*legend, "mystery"]) not in {mode_style(m) for m in legend}  # dash, shape differ
+    assert charts.mode_color("mystery", legend) == GREY  # in no chart's modes
 
 
 def test_the_demo_tables_order_a_registered_mode_after_the_built_in_ones(

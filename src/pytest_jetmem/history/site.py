@@ -43,6 +43,7 @@ from pathlib import Path
 
 import numpy as np
 
+from pytest_jetmem.cuda.mode_styles import mode_style
 from pytest_jetmem.history.analysis import Change
 from pytest_jetmem.history.context import utc_iso
 from pytest_jetmem.history.fleet import FleetCell, FleetMatrix, fleet_matrix
@@ -348,7 +349,7 @@ def _chart(test: str, key: str, device: str, tracks: Sequence[Series], data: _Da
     found = [c for t in tracks for c in data.changes_of(t)]  # the first session after a change is one of its track
     starts = {c.after.uid for c in found}
     lines = tuple(Line(t.key.mode or "-", _points(t, x_of, data, [data.place[u] for u in starts]),
-                       data.modes.index(t.key.mode)) for t in tracks)
+                       mode_style(t.key.mode, data.modes)) for t in tracks)
     markers = tuple(_marker(c, x_of[data.place[c.after.uid]]) for c in found)
     bounds = tuple(_boundaries(places, data))
     x_labels = tuple(data.rows[p].short_commit[:7] for p in places)

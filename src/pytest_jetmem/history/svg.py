@@ -36,6 +36,7 @@ from html import escape
 
 import numpy as np
 
+from pytest_jetmem.cuda.mode_styles import GREY, ModeStyle
 from pytest_jetmem.history.thinning import MAX_POINTS, thin_indices
 
 __all__ = ["FONT", "MAX_POINTS", "Boundary", "Chart", "Line", "Marker", "Point", "nice_ticks", "series_chart",
@@ -46,11 +47,6 @@ MAX_WHISKERS = 120
 #: Below this many points every point gets a marker; above, about this many evenly spaced.
 MAX_MARKERS = 40
 
-# Okabe & Ito's colours (told apart in the common colour-vision deficiencies), dash patterns, marker shapes.
-COLOURS = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000")
-DASHES = ("", "8 4", "2 3", "10 3 2 3", "5 2 1 2 1 2", "1 5")
-SHAPES = ("circle", "square", "triangle", "diamond", "cross", "plus")
-GREY = "#8a8a8a"
 
 #: The font size of every text of a chart (user units).
 FONT = 11.0
@@ -86,7 +82,7 @@ class Line:
 
     name: str
     points: tuple[Point, ...]
-    style: int  # its colour, dash pattern and marker shape: the same for one mode in every chart
+    style: ModeStyle  # its colour, dash pattern and marker shape: the mode's in every chart
 
     @functools.cached_property
     def columns(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -296,11 +292,6 @@ def _shape(kind: str, x: float, y: float, r: float, attrs: str, tip: str = "") -
     return f'<path d="{d}" {attrs}>{title}</path>'
 
 
-def _style(i: int) -> tuple[str, str, str]:
-    """(colour, dash pattern, marker shape) of line ``i``."""
-    return COLOURS[i % len(COLOURS)], DASHES[i % len(DASHES)], SHAPES[i % len(SHAPES)]
-
-
 def _left(ticks: Sequence[float]) -> float:
     """The plot's left edge: room for the widest y tick label (6 units from the plot) and, left of it, the y axis
     title (rotated, centred 14 units from the edge: 30 units in all)."""
@@ -366,7 +357,7 @@ def _tip(line: Line, p: Point) -> str:
 def _line(line: Line, chart: Chart, s: _Scale, dx: float) -> list[str]:
     """One mode: its spread, its polyline (dashed by mode) and its markers (shaped by mode), with tooltips; the
     sessions left out as hollow rings off the line; everything ``dx`` to the right."""
-    colour, dash, shape = _style(line.style)
+    colour, dash, shape = line.style.colour, line.style.dash, line.style.shape
     keep = frozenset(m.x for m in chart.markers if m.line == line.name)
     counted = [p for p in line.points if not p.left_out]
     left_out = thin([p for p in line.points if p.left_out])
@@ -514,7 +505,7 @@ def _legend(chart: Chart, s: _Scale, notes: dict[str, str]) -> tuple[list[str], 
     out = ['<g class="legend">']
     flow = _Flow(s.x0, s.y0 + 54, ROW + 4)
     for line in chart.lines:
-        colour, dash, shape = _style(line.style)
+        colour, dash, shape = line.style.colour, line.style.dash, line.style.shape
         name = line.name + (f" ({notes[line.name]})" if line.name in notes else "")
         x, y = flow.at(33 + text_width(name) + 14)
         out.append(f'<line x1="{_f(x)}" x2="{_f(x + 28)}" y1="{_f(y)}" y2="{_f(y)}" stroke="{colour}" '

@@ -18,14 +18,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pytest_jetmem.cuda.modes import find_mode, registered
+from pytest_jetmem.cuda.mode_styles import mode_style
 from pytest_jetmem.measure.record import MeasurementRecord, Statistics
 from pytest_jetmem.report.rows import Group, TrendPoint, Trends, finite, has_trend
 
 __all__ = [
     "CHART_BACKENDS",
     "NO_MATPLOTLIB_NOTE",
-    "PALETTE",
     "chart_backend",
     "draw_chart",
     "escape",
@@ -35,9 +34,6 @@ __all__ = [
 ]
 
 CHART_BACKENDS = ("auto", "matplotlib", "svg")
-#: The modes' colours: a registered mode's by its registry order (device blue, managed orange, zero_copy green),
-#: the modes of a chart that are not registered here the next ones; grey is kept for "not in this chart".
-PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#bcbd22", "#17becf")
 NO_MATPLOTLIB_NOTE = (
     "matplotlib is not installed: the charts below are simple SVG drawn by pytest-jetmem "
     "(pip install 'pytest-jetmem[report]' for matplotlib charts)."
@@ -56,16 +52,9 @@ def format_ms(x: object, digits: int = 4) -> str:
 
 
 def mode_color(mode: str, modes: Sequence[str]) -> str:
-    """The colour of ``mode`` among the ``modes`` of one chart (:data:`PALETTE`): a registered mode's by its
-    registry order, the other modes a colour each by their place among the unregistered ones in ``modes``, grey
-    when neither."""
-    known = find_mode(mode)
-    if known is not None:
-        return PALETTE[known.order % len(PALETTE)]
-    others = [m for m in modes if find_mode(m) is None]
-    if mode not in others:
-        return "#7f7f7f"
-    return PALETTE[(len(registered()) + others.index(mode)) % len(PALETTE)]
+    """The colour of ``mode`` among the ``modes`` of one chart: its :func:`~pytest_jetmem.cuda.mode_styles.mode_style`
+    (the history site's colour of the mode too)."""
+    return mode_style(mode, modes).colour
 
 
 # -- choosing the back end -----------------------------------------------------------------------------
@@ -241,7 +230,9 @@ def _svg_trend_line(
     """One mode's line through its medians, a dot with a tooltip per point."""
     coords = [(xs[p.label], plot.y(p.median), p) for p in pts]
     path = " ".join(f"{x:.1f},{y:.1f}" for x, y, _ in coords)
-    out = [f'<polyline points="{path}" fill="none" stroke="{color}" stroke-width="2"/>']
+    dash = mode_style(mode).dash
+    dashed = f' stroke-dasharray="{dash}"' if dash else ""
+    out = [f'<polyline points="{path}" fill="none" stroke="{color}" stroke-width="2"{dashed}/>']
     for x, y, p in coords:
         tip = f"{mode} {key} in {p.label} ({p.created}): median {format_ms(p.median)} ms, n={p.n}"
         out.append(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="3.5" fill="{color}"><title>{escape(tip)}</title></circle>')
