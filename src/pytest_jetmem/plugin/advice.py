@@ -19,6 +19,7 @@ import pytest
 
 from pytest_jetmem.plugin import options
 from pytest_jetmem.plugin.records import session_records
+from pytest_jetmem.plugin.sessions import owns_session
 
 SECTION = "jetmem advice"
 
@@ -34,7 +35,7 @@ def enabled(config: pytest.Config) -> bool:
 
 def pytest_configure(config: pytest.Config) -> None:
     on = enabled(config)  # checked on workers too: a bad value stops every process before the session
-    if on and not hasattr(config, "workerinput"):  # xdist workers: their records travel to the controller
+    if on and owns_session(config):  # xdist workers: their records travel to the controller
         config.pluginmanager.register(AdviceSection(config), "jetmem-advice")
 
 

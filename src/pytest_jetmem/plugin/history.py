@@ -26,7 +26,7 @@ import pytest
 
 from pytest_jetmem.errors import StoreError
 from pytest_jetmem.plugin import options
-from pytest_jetmem.plugin.sessions import GateSession, gate_session, note_interrupted, session_interrupted
+from pytest_jetmem.plugin.sessions import GateSession, gate_session, note_interrupted, owns_session, session_interrupted
 
 if TYPE_CHECKING:
     from pytest_jetmem.history.context import SessionContext
@@ -52,11 +52,6 @@ class _Storing:
 _STORING = pytest.StashKey[_Storing]()
 
 
-def _owner(config: pytest.Config) -> bool:
-    """Whether this process stores the session: not an xdist worker, not a child session."""
-    return not hasattr(config, "workerinput")
-
-
 @pytest.hookimpl(trylast=True)  # after the runtime half made the gate session
 def pytest_configure(config: pytest.Config) -> None:
     gate = gate_session(config)
@@ -67,12 +62,12 @@ def pytest_configure(config: pytest.Config) -> None:
     from pytest_jetmem.history.store import open_store
 
     try:  # workers and children read only; the owner makes the store and checks it can write there
-        open_store(url, config.rootpath, create=_owner(config), write=_owner(config)).close()
+        open_store(url, config.rootpath, create=owns_session(config), write=owns_session(config)).close()
     except StoreError as exc:
-        if _owner(config):
+        if owns_session(config):
             raise pytest.UsageError(f"{source}={exc.url}: {exc.reason}") from None
         return
-    if _owner(config):
+    if owns_session(config):
         started = utc_iso(datetime.now(timezone.utc))
         config.stash[_STORING] = _Storing(url, source, started, read_context(config.rootpath))
 

@@ -20,7 +20,7 @@ import pytest
 from pytest_jetmem.plugin import options
 from pytest_jetmem.plugin.options import check_output_path
 from pytest_jetmem.plugin.records import session_records
-from pytest_jetmem.plugin.sessions import gate_session
+from pytest_jetmem.plugin.sessions import gate_session, owns_session
 
 _REPORT = pytest.StashKey["ReportWriter"]()
 
@@ -42,7 +42,7 @@ def report_path(config: pytest.Config) -> Path | None:
 
 def pytest_configure(config: pytest.Config) -> None:
     path = report_path(config)
-    if path is None or hasattr(config, "workerinput"):
+    if path is None or not owns_session(config):
         return  # xdist workers: their rows travel to the controller on the reports
     from pytest_jetmem.report import json_path_for
 

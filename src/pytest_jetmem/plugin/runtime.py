@@ -37,6 +37,7 @@ from pytest_jetmem.plugin.sessions import (
     device_session,
     gate_session,
     note_interrupted,
+    owns_session,
     session_interrupted,
     set_gate_session,
 )
@@ -414,7 +415,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         workeroutput["jetmem_interrupted"] = session_interrupted(config)  # the controller says nothing was saved
     elif state.errors:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
-    if state.benchmark_json and not hasattr(config, "workerinput"):  # also with nothing measured: a valid file
+    if state.benchmark_json and owns_session(config):  # also with nothing measured: a valid file
         _write_benchmark_json(session, state, state.benchmark_json)
 
 
@@ -462,7 +463,7 @@ def _add_counter_misses(state: GateSession, misses: dict[str, dict[str, int]]) -
 def _benchmark_json_path(config: pytest.Config) -> str | None:
     """``--jetmem-benchmark-json``, checked before the session starts (a directory, a path below a file: refused)."""
     path = options.get_str(config, "benchmark_json", ini=False)
-    if path is not None and not hasattr(config, "workerinput"):
+    if path is not None and owns_session(config):
         options.check_output_path(path, "--jetmem-benchmark-json")
     return path
 

@@ -228,6 +228,13 @@ class GateSession:
         return self._machine
 
 
+def owns_session(config: pytest.Config) -> bool:
+    """Whether this process owns the session, the one place that says so: it writes what a session leaves (the
+    store, the report, the CI summary, ``--jetmem-benchmark-json``, the advice); not an xdist worker nor a child
+    session of pytest-jetmem (both have ``config.workerinput``; their results travel to the owner)."""
+    return not hasattr(config, "workerinput")
+
+
 def set_gate_session(config: pytest.Config, gate: GateSession) -> None:
     config.stash[_GATE] = gate
 

@@ -21,7 +21,7 @@ import pytest
 
 from pytest_jetmem.plugin import options
 from pytest_jetmem.plugin.records import session_records
-from pytest_jetmem.plugin.sessions import gate_session, session_interrupted
+from pytest_jetmem.plugin.sessions import gate_session, owns_session, session_interrupted
 
 if TYPE_CHECKING:  # imported where used: a run that writes no summary imports no measure layer
     from pytest_jetmem.report.summary import ComparedWith
@@ -59,7 +59,7 @@ def summary_target(config: pytest.Config) -> tuple[Path, str] | None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    if hasattr(config, "workerinput"):  # an xdist worker or a child: the owner writes the one section
+    if not owns_session(config):  # an xdist worker or a child: the owner writes the one section
         return
     target = summary_target(config)
     if target is not None:
