@@ -1,4 +1,5 @@
-"""Hand-written SVG charts for the published history site: a series chart per test, key and device, and sparklines.
+"""Hand-written SVG charts for the published history site: a series chart per test, key and device (its
+sparklines: :mod:`~.sparkline`).
 
 Why no JavaScript library (uPlot, about 50 kB minified; Chart.js, about 200 kB): the site must open from disk with
 no network, so a library would be inlined into every page (or copied beside them), and a canvas chart draws nothing
@@ -9,7 +10,8 @@ own ``<title>`` (a tooltip, and what assistive technology reads), so a chart is 
 points, measured by ``benchmarks/history_publish_cost.py``.
 
 What a chart draws (:func:`series_chart`): one line per memory mode (x: the sessions in commit order, y: the
-median in ms), each mode told apart by its dash pattern and marker shape as well as its colour; a line whose points
+median in ms), each mode told apart by its dash pattern and marker shape as well as its colour (the mode's style,
+:mod:`pytest_jetmem.cuda.mode_styles`, as in the session report); a line whose points
 lie on an earlier line's is drawn a few pixels to the right, and its legend entry says so; every session's spread
 (median +- MAD) as whiskers, or as a band where there are more sessions than whiskers can show; a session that does
 not count for change points (:attr:`Point.left_out`) as a hollow ring off the line (``class="left-out"``), its
@@ -23,7 +25,8 @@ change point label goes to the nearest free row above or below its marker; where
 the marker gets a number (``#1``) and the label goes to a numbered key under the legend, which, like the legend,
 wraps onto as many rows as it needs (the chart grows downwards). A line of more than
 :data:`MAX_POINTS` points is thinned to the first, last, lowest and highest point of each of :data:`MAX_POINTS` / 4
-buckets, and every point a change point starts at is kept. GPU-free and pytest-free; knows nothing of stores.
+buckets (:mod:`~.thinning`), and every point a change point starts at is kept. GPU-free and pytest-free; knows
+nothing of stores.
 """
 
 from __future__ import annotations
