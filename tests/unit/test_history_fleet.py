@@ -17,6 +17,7 @@ import pytest
 
 from history_sessions import H100, ORIN, record, session
 from pytest_jetmem.history import fleet
+from pytest_jetmem.history import forked as forked_module
 from pytest_jetmem.history.fleet import FleetMatrix, fleet_matrix
 from pytest_jetmem.history.model import StoredSession
 from pytest_jetmem.history.store import Store, open_store
@@ -242,6 +243,6 @@ def test_the_advice_worked_out_in_forked_processes_is_the_advice_worked_out_here
     history = read_history(store, None)
     here = fleet_matrix(store, history)
     monkeypatch.setattr(fleet, "PARALLEL_SESSIONS", 1)
-    monkeypatch.setattr(fleet.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(forked_module.os, "cpu_count", lambda: 2)
     forked = fleet_matrix(store, history)
     assert len(here.cells) >= 3 and forked.cells == here.cells and forked.classes == here.classes

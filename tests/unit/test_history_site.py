@@ -28,6 +28,7 @@ import pytest
 
 from history_sessions import H100, MODES, ORIN, commit_of, record, session
 from pytest_jetmem.cuda.mode_styles import mode_style
+from pytest_jetmem.history import forked as forked_module
 from pytest_jetmem.history import site as site_module
 from pytest_jetmem.history.analysis import analysed, changes
 from pytest_jetmem.history.context import SessionContext
@@ -341,7 +342,7 @@ def test_pages_made_in_forked_processes_are_the_pages_made_here(
     history, found = analysed(read_history(store, "main"))
     here = publish(store, history, found, tmp_path / "here")
     monkeypatch.setattr(site_module, "PARALLEL_POINTS", 0)
-    monkeypatch.setattr(site_module.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(forked_module.os, "cpu_count", lambda: 2)
     calls: list[tuple[int, int]] = []
     forked = publish(store, history, found, tmp_path / "forked", progress=lambda d, t: calls.append((d, t)))
     assert [p.name for p in forked] == [p.name for p in here] and len(here) >= 4

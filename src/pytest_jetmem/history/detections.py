@@ -8,12 +8,10 @@ pytest-free.
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 
 from pytest_jetmem.history.detection_cache import DetectionCache, detection_key
-from pytest_jetmem.history.forked import forked_map
+from pytest_jetmem.history.forked import forked_map, workers_for
 from pytest_jetmem.history.timeline import History, Series, positive
 from pytest_jetmem.measure.changepoints import Detection, analyse
 
@@ -48,8 +46,7 @@ def detections(history: History, *, workers: int | None = None,
     known = cache.get(keys) if cache is not None else {}
     todo = [i for i in range(len(jobs)) if not keys or keys[i] not in known]
     if workers is None:
-        points = sum(len(jobs[i][0]) for i in todo)
-        workers = (os.cpu_count() or 1) if points >= PARALLEL_POINTS else 1
+        workers = workers_for(sum(len(jobs[i][0]) for i in todo), PARALLEL_POINTS)
     fresh = dict(zip(todo, forked_map(_detect, [jobs[i] for i in todo], workers), strict=True))
     if cache is not None:
         cache.put({keys[i]: d for i, d in fresh.items()})

@@ -24,13 +24,12 @@ class measured the test in two or more modes. GPU-free and pytest-free.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from pytest_jetmem.history.forked import forked_map
+from pytest_jetmem.history.forked import forked_map, workers_for
 from pytest_jetmem.history.model import SessionRow
 from pytest_jetmem.history.store import Store
 from pytest_jetmem.history.timeline import History
@@ -236,7 +235,7 @@ def _cells(store: Store, by_class: Mapping[str, Sequence[SessionRow]], wanted: _
     worked out in forked processes where there are many)."""
     sources = [(cls, row) for cls, rows in by_class.items() for row in rows if row.id in wanted]
     jobs = [(store.records(row.id), DeviceFacts.from_json(row.device_facts)) for _, row in sources]
-    workers = (os.cpu_count() or 1) if len(jobs) >= PARALLEL_SESSIONS else 1
+    workers = workers_for(len(jobs), PARALLEL_SESSIONS)
     cells: dict[tuple[str, str, str], FleetCell] = {}
     for (cls, row), advice in zip(sources, forked_map(_advice, jobs, workers), strict=True):
         for a in advice:

@@ -9,11 +9,12 @@ runs here. GPU-free and pytest-free; nothing here touches a store (a connection 
 from __future__ import annotations
 
 import multiprocessing
+import os
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any, TypeVar
 
-__all__ = ["forked_map"]
+__all__ = ["forked_map", "workers_for"]
 
 J = TypeVar("J")
 R = TypeVar("R")
@@ -25,6 +26,12 @@ def _one(i: int) -> Any:
     assert _WORK is not None
     fn, jobs = _WORK
     return fn(jobs[i])
+
+
+def workers_for(amount: int, at_least: int) -> int:
+    """How many processes :func:`forked_map` is given for ``amount`` of work: one per CPU from ``at_least`` on,
+    else 1 (here: a small history is not worth a fork)."""
+    return (os.cpu_count() or 1) if amount >= at_least else 1
 
 
 def forked_map(fn: Callable[[J], R], jobs: Sequence[J], workers: int,

@@ -47,7 +47,7 @@ from pytest_jetmem.cuda.mode_styles import mode_style
 from pytest_jetmem.history.analysis import Change
 from pytest_jetmem.history.context import utc_iso
 from pytest_jetmem.history.fleet import FleetCell, FleetMatrix, fleet_matrix
-from pytest_jetmem.history.forked import forked_map
+from pytest_jetmem.history.forked import forked_map, workers_for
 from pytest_jetmem.history.model import SeriesKey, SessionRow
 from pytest_jetmem.history.sparkline import sparkline
 from pytest_jetmem.history.store import Store
@@ -551,9 +551,8 @@ def publish(store: Store, history: History, found: Sequence[Change], out_dir: Pa
     try:
         (tmp / MARKER).write_text("a site written by pytest-jetmem history publish; it replaces this folder whole\n",
                                   encoding="utf-8")
-        points = sum(len(t) for t in data.tracks)
         data.prepare()  # made once here, not in each process
-        names = _write(tmp, jobs, progress, (os.cpu_count() or 1) if points >= PARALLEL_POINTS else 1)
+        names = _write(tmp, jobs, progress, workers_for(sum(len(t) for t in data.tracks), PARALLEL_POINTS))
         tmp.chmod(0o755)
         _swap(tmp, out_dir)
     except BaseException:
