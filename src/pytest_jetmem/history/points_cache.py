@@ -50,12 +50,7 @@ class PointsCache:
         path = self._file(store)
         if path is None:
             return store.points(branch=branch)
-        known = self._load(path, store.version)
-        if known is None:
-            fresh, read = store.points(branch=branch), np.array([row.id for row in rows], dtype=np.int64)
-            self._save(path, store.version, read, [row.uid for row in rows], fresh)
-            return fresh
-        ids, uids, cached = known
+        ids, uids, cached = self._load(path, store.version) or (np.zeros(0, dtype=np.int64), [], Points.joined([]))
         have = dict(zip(ids.tolist(), uids, strict=True))
         need = [row for row in rows if have.get(row.id) != row.uid]
         if not need:
