@@ -7,6 +7,7 @@ causes is a change point whose cause names the fields that changed. The method i
 
 from __future__ import annotations
 
+import bisect
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -81,6 +82,11 @@ def _firsts(commits: np.ndarray) -> list[int]:
     return np.flatnonzero(np.concatenate(([True], commits[1:] != commits[:-1]))).tolist() if commits.size else []
 
 
+def _commit_place(firsts: Sequence[int], i: int) -> int:
+    """The place of session ``i``'s commit in its series (0: the first commit; ``firsts``: :func:`_firsts`)."""
+    return bisect.bisect_right(firsts, i) - 1
+
+
 def analysed(history: History, *, workers: int | None = None,
              cache: DetectionCache | None = None) -> tuple[History, list[Change]]:
     """``history`` with its outlying sessions marked, and the change points of its series, acknowledged ones
@@ -102,7 +108,8 @@ def analysed(history: History, *, workers: int | None = None,
                 causes[pair] = tuple(before.machine.changes(after.machine))
             cause = causes[pair]
             near = "" if cause else _near(one, cp, firsts)
-            found.append(Change(one.key, one.device, cp, before, after, cause, ack, near, firsts.index(cp.index)))
+            found.append(Change(one.key, one.device, cp, before, after, cause, ack, near,
+                                _commit_place(firsts, cp.index)))
     return replace(history, series=tuple(marked)), found
 
 
@@ -117,6 +124,7 @@ def unreported(found: Sequence[Change], history: History, reported: Sequence[Rep
     reported while later sessions move it by a commit or two."""
     wanted = {(r.series, r.device) for r in reported} & {(c.series, c.device) for c in found}
     series = {(one.key, one.device): one for one in history.series if (one.key, one.device) in wanted}
+    firsts = {k: _firsts(history.commit_numbers[one.place_array]) for k, one in series.items()}
     marks: dict[tuple[SeriesKey, str], list[int]] = {}
     for r in reported:
         one, place = series.get((r.series, r.device)), history.place.get(r.session_uid)
@@ -124,8 +132,7 @@ def unreported(found: Sequence[Change], history: History, reported: Sequence[Rep
             continue
         at = int(np.searchsorted(one.place_array, place))
         if at < len(one) and one.place_array[at] == place:  # the session is one of the series': its commit's place
-            commits = history.commit_numbers[one.place_array[: at + 1]]
-            marks.setdefault((r.series, r.device), []).append(int(np.count_nonzero(commits[1:] != commits[:-1])))
+            marks.setdefault((r.series, r.device), []).append(_commit_place(firsts[(r.series, r.device)], at))
     return [c for c in found if all(abs(c.position - m) > REPORT_REACH for m in marks.get((c.series, c.device), ()))]
 
 

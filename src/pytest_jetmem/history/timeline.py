@@ -97,8 +97,7 @@ class Series:
     def note(self, i: int) -> str:
         """Why session ``i`` does not count (``""`` where it does)."""
         if self.left_array[i]:
-            return "uncommitted changes: left out" if self.rows[int(self.place_array[i])].context.dirty \
-                else "0 ms: left out"
+            return "uncommitted changes: left out" if self.session(i).context.dirty else "0 ms: left out"
         return "outlier: left out" if self.outlier_array is not None and self.outlier_array[i] else ""
 
     @functools.cached_property
