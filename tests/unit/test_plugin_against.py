@@ -75,7 +75,7 @@ def table(result: pytest.RunResult) -> dict[str, str]:
     end = header.index("verdict")
     out = {}
     for line in lines[start + 2 :]:
-        if not line.strip() or line.startswith(("=", "-")):
+        if not line.strip() or line.startswith(("=", "-", "jetmem:")):
             break
         out[line.split()[0]] = line[column:end].strip()
     return out

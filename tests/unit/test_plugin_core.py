@@ -33,8 +33,37 @@ def test_the_core_holds_the_one_implementation_of_a_tests_life(hook: str) -> Non
     assert _module_hooks(hook) == {"core": [hook]}
 
 
-def test_the_core_is_registered_after_the_halves_it_imports() -> None:
-    assert plugin.pytest_plugins[-1] == "pytest_jetmem.plugin.core"
+def test_the_core_and_the_end_are_registered_after_the_halves_they_import() -> None:
+    assert plugin.pytest_plugins[-2:] == ["pytest_jetmem.plugin.core", "pytest_jetmem.plugin.finish"]
+
+
+@pytest.mark.parametrize("hook", ["pytest_sessionfinish", "pytest_terminal_summary"])
+def test_the_session_end_has_one_implementation(hook: str) -> None:
+    """The end of a session in one module, in order (plugin classes included: no method of that name either)."""
+    assert _module_hooks(hook) == {"finish": [hook]}
+    methods = [
+        (path.stem, n.name)
+        for path in sorted(PLUGIN_DIR.glob("*.py"))
+        for cls in ast.parse(path.read_text()).body
+        if isinstance(cls, ast.ClassDef)
+        for n in cls.body
+        if isinstance(n, ast.FunctionDef) and n.name == hook
+    ]
+    assert methods == []
+
+
+def test_at_most_ten_ordering_qualifiers_in_the_plugin() -> None:
+    """tryfirst/trylast/wrapper order the plugin's hooks against pytest's and other plugins'; among its own
+    implementations the core and the session's end call the steps in order instead."""
+    qualifiers = [
+        (path.stem, kw.arg)
+        for path in sorted(PLUGIN_DIR.glob("*.py"))
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Call) and ast.unparse(node.func) == "pytest.hookimpl"
+        for kw in node.keywords
+        if kw.arg in ("tryfirst", "trylast", "wrapper", "hookwrapper")
+    ]
+    assert len(qualifiers) <= 10, qualifiers
 
 
 CONFTEST = """

@@ -20,7 +20,8 @@ They share :mod:`~pytest_jetmem.plugin.options` (the option group and the option
 each half for assertion rewriting just before importing it, and warns about one that is already imported).
 
 :mod:`~pytest_jetmem.plugin.core` holds a test's life in order (plan, runner, judge, publish: the one
-``pytest_pyfunc_call`` and ``pytest_runtest_makereport``); it imports the halves, so it comes last.
+``pytest_pyfunc_call`` and ``pytest_runtest_makereport``), :mod:`~pytest_jetmem.plugin.finish` the session's end
+(the one ``pytest_sessionfinish`` and ``pytest_terminal_summary``); they import the halves, so they come last.
 """
 
 from __future__ import annotations
@@ -39,4 +40,5 @@ pytest_plugins = [
     "pytest_jetmem.plugin.history",
     "pytest_jetmem.plugin.summary",
     "pytest_jetmem.plugin.core",  # last: it imports the halves above
+    "pytest_jetmem.plugin.finish",  # the session's end, in order; it imports the halves too
 ]

@@ -33,25 +33,24 @@ def enabled(config: pytest.Config) -> bool:
     return options.get_choice(config, "advice") == "on"
 
 
+_ON = pytest.StashKey[bool]()
+
+
 def pytest_configure(config: pytest.Config) -> None:
     on = enabled(config)  # checked on workers too: a bad value stops every process before the session
-    if on and owns_session(config):  # xdist workers: their records travel to the controller
-        config.pluginmanager.register(AdviceSection(config), "jetmem-advice")
+    config.stash[_ON] = on and owns_session(config)  # xdist workers: their records travel to the controller
 
 
-class AdviceSection:
-    """Prints the session's advice at the end of the session."""
+def say(terminalreporter: Any, config: pytest.Config) -> None:
+    """The "jetmem advice" section, in the process that owns the session, where the advice is on and a test was
+    measured in two or more modes (a step of :mod:`~pytest_jetmem.plugin.finish`, after the runtimes table)."""
+    if not config.stash.get(_ON, False):
+        return
+    session = session_records(config).advice()
+    if session is None:
+        return
+    from pytest_jetmem.measure.advice import format_advice
 
-    def __init__(self, config: pytest.Config) -> None:
-        self.config = config
-
-    @pytest.hookimpl(trylast=True)  # after the runtime half's "jetmem runtimes" table
-    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        session = session_records(self.config).advice()
-        if session is None:
-            return
-        from pytest_jetmem.measure.advice import format_advice
-
-        terminalreporter.section(SECTION)
-        for line in format_advice(session):
-            terminalreporter.write_line(line)
+    terminalreporter.section(SECTION)
+    for line in format_advice(session):
+        terminalreporter.write_line(line)

@@ -252,9 +252,9 @@ class AgainstParent:
             shutil.rmtree(self.base.temporary, ignore_errors=True)
 
 
-@pytest.hookimpl(trylast=True)
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """In the parent: every test runs in the children, unless no GPU can be used here (then all run here)."""
+def to_children(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """In the parent, once the items that will run are known: every test runs in the children, unless no GPU can
+    be used here (then all run here)."""
     parent = config.stash.get(_PARENT, None)
     if parent is None or not items:
         return
@@ -441,8 +441,9 @@ def _records(result: SideResult | None) -> list[MeasurementRecord]:
     return [MeasurementRecord.from_json(data) for data in (result.rows if result is not None else ())]
 
 
-def pytest_sessionfinish(session: pytest.Session) -> None:
-    """On an xdist worker: hand this worker's pair's summary to the controller, which prints them all."""
+def end(session: pytest.Session) -> None:
+    """On an xdist worker: hand this worker's pair's summary to the controller, which prints them all (a step of
+    :mod:`~pytest_jetmem.plugin.finish`)."""
     parent = session.config.stash.get(_PARENT, None)
     workeroutput = getattr(session.config, "workeroutput", None)
     if parent is not None and (parent.children or parent.no_gpu) and workeroutput is not None:
@@ -461,7 +462,8 @@ def pytest_testnodedown(node: Any, error: Any) -> None:
         parent.worker_summaries.append(PairSummary.from_json(summary))
 
 
-def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+def say(terminalreporter: Any, config: pytest.Config) -> None:
+    """The terminal's lines on the pairs: how many measurements were compared, which tests one side lacks."""
     parent = config.stash.get(_PARENT, None)
     if parent is None:
         return

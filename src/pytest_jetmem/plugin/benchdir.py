@@ -42,9 +42,9 @@ def missing_folders(folder: Path | None) -> tuple[Path, ...]:
     return tuple(missing)
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_configure(config: pytest.Config) -> None:
-    """Before pytest-benchmark makes its folder: note the folders it will make."""
+def note_folders(config: pytest.Config) -> None:
+    """Before pytest-benchmark makes its folder (the core's ``pytest_configure``, tried first): note the folders it
+    will make."""
     config.stash[_MADE_HERE] = missing_folders(storage_folder(config))
 
 

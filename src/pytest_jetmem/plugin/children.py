@@ -643,18 +643,15 @@ class DrivenChild:
         info = device.probed_info
         return Done(command.nodeid, broken=device.broken, integrated=info.integrated if info is not None else None)
 
-    @pytest.hookimpl(wrapper=True)
-    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[Any]:
+    def add_notes(self, item: pytest.Item, call: pytest.CallInfo[None], report: pytest.TestReport) -> None:
+        """On the call report: the baseline entries of ``item``'s measurements, for the parent to save."""
         from pytest_jetmem.plugin.wire import ReportNotes, add_notes
 
-        report = yield
         gate = gate_session(self.config)
         if call.when == "call" and gate is not None:
             entries = tuple(e.to_dict() for e in gate.entries.values() if e.nodeid == item.nodeid)
             add_notes(report, ReportNotes(entries=entries))
-        return report
 
-    @pytest.hookimpl(trylast=True)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         """Each report goes to the parent at once: one the child sent before it crashed still tells it something."""
         from pytest_jetmem.plugin.wire import ReportSent
@@ -675,12 +672,19 @@ class DrivenChild:
 _SIDE = pytest.StashKey[DrivenChild]()
 
 
+def note_for_parent(item: pytest.Item, call: pytest.CallInfo[None], report: pytest.TestReport) -> None:
+    """In a child: what its parent needs on ``item``'s report (a step of the core's ``pytest_runtest_makereport``)."""
+    side = item.config.stash.get(_SIDE, None)
+    if side is not None:
+        side.add_notes(item, call, report)
+
+
 def configure_child(config: pytest.Config) -> DrivenChild | None:
     """In a child (its parent set :data:`CHANNEL_ENV`): take the parent's session id, turn the parent-only options
     off (given in ``addopts`` too) and register the child's side; else None.
 
-    Called first thing in the ``pytest_configure`` of every half that starts children (the relay's runs before
-    the runtime half reads its options); the first call does it, later ones return the same side. The variables
+    Called first by the core's ``pytest_configure`` (before the runtime half reads its options), then by every
+    half that starts children; the first call does it, later ones return the same side. The variables
     are removed: a pytest a test starts in turn is no child.
     """
     side = config.stash.get(_SIDE, None)

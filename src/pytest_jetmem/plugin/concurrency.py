@@ -106,7 +106,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     options.add(parser, "tegra_strict")
 
 
-@pytest.hookimpl(tryfirst=True)  # a child takes its parent's session id before the runtime half reads its options
 def pytest_configure(config: pytest.Config) -> None:
     child = children.configure_child(config)
     config.addinivalue_line(
@@ -135,8 +134,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     markers.validated(metafunc.definition, MARKER, parse_marker)
 
 
-@pytest.hookimpl(trylast=True)  # after deselection (--jetmem-modes, -k): the items that will run
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+def to_children(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Once the items that will run are known: in a child, the one it runs; in the parent, ``memmode_concurrency``
+    tests run in children only."""
     state = concurrency_session(config)
     if state.nodeid is not None:
         state.target = next((i for i in items if i.nodeid == state.nodeid), None)

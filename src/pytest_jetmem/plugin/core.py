@@ -15,7 +15,8 @@
    the runner's last word (:meth:`Runner.settle`: the no-GPU check skips, saying what it checked), then the
    ``memmode_coherence`` round trips on the buffers the body left (:func:`.coherence.judge_body`);
 5. **publish**: on the reports (this module's ``pytest_runtest_makereport``): a skip raised inside pytest-jetmem
-   put at the test's location, the judged records on the call report, a child's notes for its parent, and
+   put at the test's location, the judged records on the call report, a child's notes for its parent (its
+   verdict's facts, its baseline entries), and
    ``--jetmem-against``'s "not compared" where no GPU could be used.
 
 The runners and the halves' steps are plain objects and functions of their modules, which do not import each
@@ -30,7 +31,7 @@ from typing import Protocol
 
 import pytest
 
-from pytest_jetmem.plugin import against, children, coherence, concurrency, memmode, nogpu, records, runtime
+from pytest_jetmem.plugin import against, benchdir, children, coherence, concurrency, memmode, nogpu, records, runtime
 
 
 class Runner(Protocol):
@@ -80,8 +81,19 @@ def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
-    """The session's one collector of measurement records, before any half reads it."""
+    """Before any half reads its options: a child takes its parent's session and turns the parent-only options off;
+    the folders pytest-benchmark is about to make are noted (they go again where left empty); the session's one
+    collector of measurement records is put in place."""
+    children.configure_child(config)
+    benchdir.note_folders(config)
     records.register(config)
+
+
+@pytest.hookimpl(trylast=True)  # after deselection (--jetmem-modes, -k): the items that will run
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The items that run in children only: all of them under ``--jetmem-against``, ``memmode_concurrency``'s."""
+    against.to_children(config, items)
+    concurrency.to_children(config, items)
 
 
 def plan(item: pytest.Function) -> Runner | None:
@@ -147,5 +159,6 @@ def pytest_runtest_makereport(
     memmode.relocate_skip(item, report)
     runtime.publish(item, call, report)
     concurrency.tell_parent(item, call, report)
+    children.note_for_parent(item, call, report)
     against.note_not_compared(item, report)
     return report

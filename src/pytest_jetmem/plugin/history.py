@@ -52,12 +52,11 @@ class _Storing:
 _STORING = pytest.StashKey[_Storing]()
 
 
-@pytest.hookimpl(trylast=True)  # after the runtime half made the gate session
 def pytest_configure(config: pytest.Config) -> None:
-    gate = gate_session(config)
-    if gate is None or gate.results_store is None:
+    where = options.store_url(config)
+    if where is None:
         return
-    url, source = gate.results_store
+    url, source = where
     from pytest_jetmem.history.context import read_context, utc_iso
     from pytest_jetmem.history.store import open_store
 
@@ -72,10 +71,10 @@ def pytest_configure(config: pytest.Config) -> None:
         config.stash[_STORING] = _Storing(url, source, started, read_context(config.rootpath))
 
 
-@pytest.hookimpl(trylast=True)  # after the runtime half: the records are all in, the baseline saved
-def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+def store(session: pytest.Session, exitstatus: int) -> None:
     """Store the session where it ran to its end: never one that was interrupted (Ctrl-C once or twice, at any
-    moment up to the store's commit; ``pytest.exit()``) or ended on an internal error."""
+    moment up to the store's commit; ``pytest.exit()``) or ended on an internal error (a step of
+    :mod:`~pytest_jetmem.plugin.finish`, after the baseline is saved: the records are all in)."""
     storing = session.config.stash.get(_STORING, None)
     gate = gate_session(session.config)
     if storing is None or gate is None:
@@ -83,8 +82,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     storing.decided = True
     interrupted = session_interrupted(session.config)
     if interrupted:
-        storing.lines.append((f"jetmem: the session was interrupted ({interrupted}): not stored in {storing.url}",
-                              True))
+        storing.lines.append(
+            (f"jetmem: the session was interrupted ({interrupted}): not stored in {storing.url}", True)
+        )
         return
     if exitstatus == pytest.ExitCode.INTERNAL_ERROR:
         storing.lines.append((f"jetmem: the session ended on an internal error: not stored in {storing.url}", True))
@@ -109,8 +109,9 @@ def _store(session: pytest.Session, gate: GateSession, storing: _Storing, machin
         from pytest_jetmem.measure.advice_model import DeviceFacts
 
         facts = DeviceFacts.of(info).to_json()
-    stored = StoredSession(gate.session_id, storing.started, storing.context, machine, tuple(gate.rows),
-                           "pytest", __version__, facts)
+    stored = StoredSession(
+        gate.session_id, storing.started, storing.context, machine, tuple(gate.rows), "pytest", __version__, facts
+    )
     for note in storing.context.notes:  # said once, stored as unknown
         storing.lines.append((f"jetmem: {note}", True))
     try:  # the store the session started with (it exists now): one removed since is never made anew
@@ -119,8 +120,13 @@ def _store(session: pytest.Session, gate: GateSession, storing: _Storing, machin
             url = store.url
     except KeyboardInterrupt:  # Ctrl-C before the commit: the transaction rolled back
         note_interrupted(session.config, "KeyboardInterrupt")
-        storing.lines.append((f"jetmem: the session was interrupted (KeyboardInterrupt) while it was being stored: "
-                              f"not stored in {storing.url} (the store is as it was)", True))
+        storing.lines.append(
+            (
+                f"jetmem: the session was interrupted (KeyboardInterrupt) while it was being stored: "
+                f"not stored in {storing.url} (the store is as it was)",
+                True,
+            )
+        )
         session.exitstatus = pytest.ExitCode.INTERRUPTED
         return
     except StoreError as exc:
@@ -131,8 +137,14 @@ def _store(session: pytest.Session, gate: GateSession, storing: _Storing, machin
     what = f"{len(gate.rows)} measurement(s) of commit {commit}"
     if storing.context.dirty:
         what += " (uncommitted changes: left out of change points)"
-    storing.lines.append((f"jetmem: stored {what} in {url}" if added else
-                          f"jetmem: session {gate.session_id} was already in {url}: stored once", False))
+    storing.lines.append(
+        (
+            f"jetmem: stored {what} in {url}"
+            if added
+            else f"jetmem: session {gate.session_id} was already in {url}: stored once",
+            False,
+        )
+    )
 
 
 def _kept_aside(root: Path, stored: Any) -> str:
@@ -155,8 +167,10 @@ def _kept_aside(root: Path, stored: Any) -> str:
     try:
         write_atomic(last, data, sync_dir=True)
     except OSError as exc:
-        return (f"{failed}, nor to {last} ({_os_error(exc)}): its {len(stored.records)} measurement(s) are not "
-                "kept anywhere (the table above has them)")
+        return (
+            f"{failed}, nor to {last} ({_os_error(exc)}): its {len(stored.records)} measurement(s) are not "
+            "kept anywhere (the table above has them)"
+        )
     return f"{failed}; it was written to {last} instead {later}"
 
 
@@ -166,24 +180,25 @@ def _os_error(exc: OSError) -> str:
     return f"{name}: {exc.strerror or exc}"
 
 
-@pytest.hookimpl(trylast=True)  # after the runtimes table
-def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+def say(terminalreporter: Any, config: pytest.Config) -> None:
+    """The terminal's lines on what became of the session: stored, or why not."""
     storing = config.stash.get(_STORING, None)
     if storing is None:
         return
     _say(storing, terminalreporter)
 
 
-def pytest_unconfigure(config: pytest.Config) -> None:
+def say_unsaid(config: pytest.Config) -> None:
     """Say what became of the session where the terminal summary could not: a second Ctrl-C cut the session's end
-    short before this plugin's end hook (nothing stored) or before the summary."""
+    short before :func:`store` (nothing stored) or before the summary."""
     storing = config.stash.get(_STORING, None)
     if storing is None or storing.said:
         return
     interrupted = session_interrupted(config)
     if not storing.decided and interrupted:
-        storing.lines.append((f"jetmem: the session was interrupted ({interrupted}): not stored in {storing.url}",
-                              True))
+        storing.lines.append(
+            (f"jetmem: the session was interrupted ({interrupted}): not stored in {storing.url}", True)
+        )
     _say(storing, config.pluginmanager.get_plugin("terminalreporter"))
 
 

@@ -173,7 +173,7 @@ def _unsupported_modes(config: pytest.Config) -> dict[str, str]:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Deselect the items of modes ``--jetmem-modes`` leaves out; under ``all``, those of modes the device cannot do
-    (said once in the terminal summary: :func:`pytest_terminal_summary`)."""
+    (said once in the terminal summary: :func:`say_left_out`)."""
     selected = device_session(config).selected_modes
     if selected is None:
         return
@@ -220,7 +220,8 @@ def left_out_line(left_out: dict[str, tuple[str, int]]) -> str:
     )
 
 
-def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+def say_left_out(terminalreporter: Any, config: pytest.Config) -> None:
+    """The terminal's line on the modes ``--jetmem-modes=all`` left out (where it left any out)."""
     left_out = config.stash.get(_LEFT_OUT, {})
     if left_out:
         terminalreporter.write_line(left_out_line(left_out))

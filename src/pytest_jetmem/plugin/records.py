@@ -9,6 +9,7 @@ configure) puts the one collector in place; :func:`session_records` is how the o
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import pytest
@@ -27,11 +28,16 @@ class SessionRecords:
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
         self.all: list[MeasurementRecord] = []
+        #: called once, when the session's first record arrives (on an xdist controller too)
+        self.at_first: list[Callable[[], object]] = []
         self._advice: tuple[int, SessionAdvice | None] | None = None
 
-    @pytest.hookimpl(tryfirst=True)  # before any reader of this report's records
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        self.all.extend(report_records(report))
+        new = report_records(report)
+        first = bool(new) and not self.all
+        self.all.extend(new)
+        for call in self.at_first if first else ():
+            call()
 
     def advice(self) -> SessionAdvice | None:
         """The advice on the records gathered so far (None: no test was measured in two or more modes); computed

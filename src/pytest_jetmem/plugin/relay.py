@@ -33,12 +33,14 @@ def needs_gpu(item: pytest.Item) -> bool:
     return bool(GPU_FIXTURES & set(getattr(item, "fixturenames", ())))
 
 
-@pytest.hookimpl(tryfirst=True)  # before the runtime half: a child takes its parent's session id
+_PARENT = pytest.StashKey["RelayParent"]()
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """In a child, its side (:func:`children.configure_child`: a relay is a driven child); else the parent's hooks."""
     if children.configure_child(config) is not None:
         return
-    parent = RelayParent(config)
+    parent = config.stash[_PARENT] = RelayParent(config)
     config.pluginmanager.register(parent, "jetmem-relay")
     config.add_cleanup(parent.cleanup)
 
@@ -46,6 +48,20 @@ def pytest_configure(config: pytest.Config) -> None:
 def _next_gpu_test(nextitem: pytest.Item | None) -> str | None:
     """The node id of the test after this one where the relay runs it too (a GPU test); else None."""
     return nextitem.nodeid if nextitem is not None and needs_gpu(nextitem) else None
+
+
+def end(config: pytest.Config) -> None:
+    """End the relay, where one ran: its session errors become this session's (a step of
+    :mod:`~pytest_jetmem.plugin.finish`, before the runtime half counts the errors)."""
+    parent = config.stash.get(_PARENT, None)
+    if parent is not None:
+        parent.finish()
+
+
+def say(tr: Any, config: pytest.Config) -> None:
+    parent = config.stash.get(_PARENT, None)
+    if parent is not None:
+        parent.say(tr)
 
 
 # -- the parent ---------------------------------------------------------------------------------------------------
@@ -142,14 +158,10 @@ class RelayParent:
         item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
         return True
 
-    @pytest.hookimpl(tryfirst=True)  # before the runtime half saves the baseline and counts its errors
-    def pytest_sessionfinish(self) -> None:
-        self.finish()
-
-    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+    def say(self, tr: Any) -> None:
+        """The terminal's lines on the relays: how many tests they ran, and why one was replaced."""
         if not self.relayed:
             return
-        tr = terminalreporter
         broken = device_session(self.config).broken
         tr.write_line(
             f"jetmem: after a sticky CUDA error ({broken}), {len(self.relayed)} later GPU test(s) ran in "

@@ -50,9 +50,29 @@ def pytest_configure(config: pytest.Config) -> None:
         path, "--jetmem-report" if config.getoption("jetmem_report", None) else "ini option jetmem_report"
     )
     check_output_path(json_path_for(path), "--jetmem-report (its JSON twin)")
-    writer = ReportWriter(path)
-    config.stash[_REPORT] = writer
-    config.pluginmanager.register(writer, "jetmem-report")
+    config.stash[_REPORT] = ReportWriter(path)
+
+
+def write(session: pytest.Session) -> None:
+    """Write the report where one was asked for (a step of :mod:`~pytest_jetmem.plugin.finish`, after the baseline
+    is saved: the trend includes it)."""
+    writer = session.config.stash.get(_REPORT, None)
+    if writer is not None:
+        writer.write(session)
+
+
+def say(terminalreporter: Any, config: pytest.Config) -> None:
+    """The terminal's line on the report written."""
+    writer = config.stash.get(_REPORT, None)
+    if writer is not None and writer.written:
+        html_path, json_path = writer.written
+        terminalreporter.write_line(f"jetmem: report written to {html_path} (rows as JSON: {json_path})")
+
+
+def errors(config: pytest.Config) -> list[str]:
+    """Why the report could not be written, where it could not."""
+    writer = config.stash.get(_REPORT, None)
+    return [writer.error] if writer is not None and writer.error else []
 
 
 class ReportWriter:
@@ -63,8 +83,7 @@ class ReportWriter:
         self.written: tuple[Path, Path] | None = None
         self.error: str | None = None
 
-    @pytest.hookimpl(trylast=True)  # after the runtime plugin saved its baseline: the trend includes it
-    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+    def write(self, session: pytest.Session) -> None:
         from pytest_jetmem.report import load_trends, write_report
 
         config = session.config
@@ -91,10 +110,3 @@ class ReportWriter:
                 f"{len(rows)} measurement(s) was not written (the table above has them)"
             )
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
-
-    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        if self.written:
-            html_path, json_path = self.written
-            terminalreporter.write_line(f"jetmem: report written to {html_path} (rows as JSON: {json_path})")
-        if self.error:
-            terminalreporter.write_line(f"jetmem: error: {self.error}", red=True)

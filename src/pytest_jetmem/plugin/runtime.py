@@ -100,22 +100,11 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     set_gate_session(config, gate)
     gate.rows = session_records(config).all  # one list of the session's records, gathered once
-    config.pluginmanager.register(_RowCollector(gate), "jetmem-rows")
+    # the Jetson's state before the first measurement (on an xdist controller: the first it hears of one)
+    session_records(config).at_first.append(gate.jetson_state_before)
     config.pluginmanager.register(Interruptions(config), "jetmem-interruptions")
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(_XdistHooks(gate, config), "jetmem-xdist")
-
-
-class _RowCollector:
-    """Reads the Jetson's state when the first measurement record arrives (on an xdist controller too); the
-    records themselves are the session's (:mod:`~.records`), and :attr:`GateSession.rows` is that list."""
-
-    def __init__(self, state: GateSession) -> None:
-        self.state = state
-
-    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        if self.state.rows and self.state.jetson_before is None:
-            self.state.jetson_state_before()  # on an xdist controller: the first it hears of a measurement
 
 
 class _XdistHooks:
@@ -403,8 +392,12 @@ def publish(item: pytest.Item, call: pytest.CallInfo[None], report: pytest.TestR
             attach_records(report, records)
 
 
-def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+def end(session: pytest.Session) -> None:
+    """The session's end here (a step of :mod:`~pytest_jetmem.plugin.finish`): the baseline saved, the counters
+    missed added up; a worker hands its errors to the controller, the owner writes ``--jetmem-benchmark-json``."""
     config = session.config
+    if gate_session(config) is None:  # this half is blocked (-p no:...)
+        return
     state = _gate(config)
     _save_baseline(session, state)
     _add_counter_misses(state, _counter_misses(state))
@@ -489,9 +482,12 @@ def _write_benchmark_json(session: pytest.Session, state: GateSession, path: str
 _BENCHMARK_JSON_WRITTEN = pytest.StashKey[str]()
 
 
-def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
-    state = _gate(config)
-    tr = terminalreporter
+def say(tr: Any, config: pytest.Config) -> None:
+    """The terminal's end of session: the runtimes table and what became of the baseline, the counters missed, a
+    missing baseline, the benchmark JSON written (the errors come last: :func:`errors`)."""
+    state = gate_session(config)
+    if state is None:
+        return
     if state.rows:
         _runtimes_section(tr, state, session_interrupted(config))
     if state.counter_misses:
@@ -505,8 +501,12 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     written = config.stash.get(_BENCHMARK_JSON_WRITTEN, None)
     if written is not None:
         tr.write_line(written)
-    for err in state.errors:
-        tr.write_line(f"jetmem: error: {err}", red=True)
+
+
+def errors(config: pytest.Config) -> list[str]:
+    """This session's errors that fail the run (its workers', children's and relays' among them)."""
+    state = gate_session(config)
+    return list(state.errors) if state is not None else []
 
 
 def _runtimes_section(tr: Any, state: GateSession, interrupted: str | None) -> None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -76,8 +76,9 @@ def _compared_with(config: pytest.Config) -> ComparedWith:
     return ComparedWith(against=against, compare=None if against else compare)
 
 
-@pytest.hookimpl(trylast=True)  # after the runtime half: every record is in, the errors of the others said
-def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+def write(session: pytest.Session) -> None:
+    """Append the session's section to the summary file, where one is set (a step of
+    :mod:`~pytest_jetmem.plugin.finish`: every record is in)."""
     summary = session.config.stash.get(_SUMMARY, None)
     if summary is None:
         return
@@ -93,8 +94,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
             f"{summary.source}={summary.path}: cannot append the summary there: {exc.strerror or exc}; the summary "
             f"of {len(records)} measurement(s) was not written (the table above has them)"
         )
-        gate = gate_session(config)
-        (gate.errors if gate is not None else summary.errors).append(error)  # the runtime half says its errors
+        summary.errors.append(error)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
@@ -108,9 +108,7 @@ def _append(path: Path, text: str) -> None:
         f.write(("\n" if there else "") + text)
 
 
-def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+def errors(config: pytest.Config) -> list[str]:
+    """Why the summary could not be written, where it could not."""
     summary = config.stash.get(_SUMMARY, None)
-    if summary is None:
-        return
-    for error in summary.errors:  # only where the runtime half is not loaded
-        terminalreporter.write_line(f"jetmem: error: {error}", red=True)
+    return list(summary.errors) if summary is not None else []
