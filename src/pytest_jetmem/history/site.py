@@ -17,7 +17,8 @@
   ``id="fleet"``) and ``fleet.json`` (:meth:`~pytest_jetmem.history.fleet.FleetMatrix.to_json`).
 
 Nothing is fetched: no script, no font, no stylesheet but the one inline in each page (commit links go to
-``{repo_url}/commit/{sha}`` where ``repo_url`` is given). UTF-8 HTML5. The points come from
+``{repo_url}/commit/{sha}`` where ``repo_url`` is given). UTF-8 HTML5, in the frame and with the one escaping rule
+of :mod:`pytest_jetmem.draw.page` (the report's too). The points come from
 :meth:`~pytest_jetmem.history.store.Store.points` (no samples decoded).
 
 Written atomically: the site goes to a new folder beside ``out_dir``, which then replaces ``out_dir`` (two renames);
@@ -38,12 +39,12 @@ import tempfile
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from html import escape
 from pathlib import Path
 
 import numpy as np
 
 from pytest_jetmem.cuda.mode_styles import mode_style
+from pytest_jetmem.draw.page import Markup, esc, join, page
 from pytest_jetmem.history.analysis import Change
 from pytest_jetmem.history.context import utc_iso
 from pytest_jetmem.history.fleet import FleetCell, FleetMatrix, fleet_matrix
@@ -63,22 +64,16 @@ __all__ = ["MARKER", "page_name", "publish"]
 MARKER = ".jetmem-site"
 _SHORT_FIELDS = {"device_name": "device", "compute_capability": "sm", "driver_version": "driver",
                  "l4t_release": "L4T", "nvpmodel_mode": "power mode", "clocks_locked": "clocks locked"}
+#: The site's own rules, after the frame's (:data:`~pytest_jetmem.draw.page.BASE_CSS`).
 _CSS = """
-body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;margin:1.5rem auto;max-width:1180px;
-padding:0 1rem;color:#1a1a1a;background:#fff}
-h1{font-size:1.5rem}h2{font-size:1.2rem;margin-top:2rem}h3{font-size:1rem}
-table{border-collapse:collapse;margin:.5rem 0 1.5rem}caption{text-align:left;font-weight:600;padding:.25rem 0}
-th,td{border-bottom:1px solid #ddd;padding:.3rem .55rem;text-align:left;vertical-align:top}
-th{background:#f3f3f3}td.num{text-align:right;font-variant-numeric:tabular-nums}
+body{margin:1.5rem auto;max-width:1180px;padding:0 1rem}table{margin:.5rem 0 1.5rem}
 tr.acked td{color:#666;background:#f6f6f6}tr.acked svg{opacity:.55}
 .slower{color:#b2182b;font-weight:600}.faster{color:#2166ac;font-weight:600}
-svg.chart{max-width:100%;height:auto;display:block}
-nav{margin-bottom:1rem}nav a{margin-right:1rem}code{font-size:12.5px}
-.pick{font-weight:600}.note{color:#555;font-size:12.5px}
-a:focus{outline:2px solid #0072B2}
-.sr{position:absolute;width:1px;height:1px;overflow:hidden;clip:rect(0 0 0 0);white-space:nowrap}
-.nw{white-space:nowrap}ul.left-out{margin:.25rem 0 1rem;padding-left:1.25rem}
+svg.chart{display:block}nav{margin-bottom:1rem}nav a{margin-right:1rem}
+.pick{font-weight:600}.note{color:#555;font-size:12.5px}ul.left-out{margin:.25rem 0 1rem;padding-left:1.25rem}
 """
+_NOTHING = Markup("")
+_NAV = Markup('<nav><a href="index.html">All series</a><a href="fleet.html">Fleet</a></nav>')
 
 
 # -- the data ------------------------------------------------------------------------------------------------------
@@ -150,54 +145,50 @@ def _anchor(key: str, device: str) -> str:
     return "c-" + hashlib.sha1(f"{key}\n{device}".encode()).hexdigest()[:10]
 
 
-def _page(title: str, body: Iterable[str]) -> str:
-    """A whole HTML5 page: ``lang``, UTF-8, a title, the inline style, a navigation bar."""
-    head = (f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
-            f'<meta name="viewport" content="width=device-width, initial-scale=1">\n'
-            f'<meta name="generator" content="pytest-jetmem history publish">\n<title>{escape(title)}</title>\n'
-            f"<style>{_CSS}</style>\n</head>\n<body>\n"
-            '<nav><a href="index.html">All series</a><a href="fleet.html">Fleet</a></nav>\n<main>\n')
-    foot = f'\n</main>\n<footer class="note">Published {utc_iso()}.</footer>\n</body>\n</html>\n'
-    return head + "\n".join(body) + foot
+def _page(title: str, body: Iterable[Markup]) -> str:
+    """A page of the site in the frame (:func:`~pytest_jetmem.draw.page.page`): the navigation bar, ``body`` in
+    ``<main>``, the footer."""
+    foot = Markup(f'</main>\n<footer class="note">Published {esc(utc_iso())}.</footer>')
+    return page(title, [_NAV, Markup("<main>"), *body, foot], generator="pytest-jetmem history publish", css=_CSS)
 
 
-def _commit(row: SessionRow, repo_url: str | None) -> str:
+def _commit(row: SessionRow, repo_url: str | None) -> Markup:
     """A session's short commit, linked to the repository where known."""
     sha = row.context.commit
     if sha is None:
-        return "<code>unknown</code>"
-    short = f"<code>{escape(row.short_commit)}</code>"
+        return Markup("<code>unknown</code>")
+    short = Markup(f"<code>{esc(row.short_commit)}</code>")
     if repo_url:
-        return f'<a href="{escape(repo_url.rstrip("/"))}/commit/{escape(sha)}" title="{escape(sha)}">{short}</a>'
-    return f'<span title="{escape(sha)}">{short}</span>'
+        return Markup(f'<a href="{esc(repo_url.rstrip("/"))}/commit/{esc(sha)}" title="{esc(sha)}">{esc(short)}</a>')
+    return Markup(f'<span title="{esc(sha)}">{esc(short)}</span>')
 
 
-def _range(change: Change, repo_url: str | None) -> str:
-    return f"{_commit(change.before, repo_url)}..{_commit(change.after, repo_url)}"
+def _range(change: Change, repo_url: str | None) -> Markup:
+    return Markup(f"{esc(_commit(change.before, repo_url))}..{esc(_commit(change.after, repo_url))}")
 
 
-def _direction(change: Change) -> str:
+def _direction(change: Change) -> Markup:
     """``▲ slower`` / ``▼ faster`` (shape and word, not colour alone)."""
     slower = change.point.ratio > 1.0
-    return f'<span class="{"slower" if slower else "faster"}">{"▲ slower" if slower else "▼ faster"}</span>'
+    return Markup(f'<span class="{"slower" if slower else "faster"}">{"▲ slower" if slower else "▼ faster"}</span>')
 
 
-def _ack_text(change: Change) -> str:
+def _ack_text(change: Change) -> Markup:
     if change.ack is None:
-        return "unacknowledged"
-    return f"acknowledged: {escape(change.ack.reason)} ({escape(change.ack.author)}, {escape(change.ack.created)})"
+        return Markup("unacknowledged")
+    return Markup(f"acknowledged: {esc(change.ack.reason)} ({esc(change.ack.author)}, {esc(change.ack.created)})")
 
 
 _ARROW = re.compile(r"\S+ (?:->|→) \S+")
 
 
-def _nowrap(text: str) -> str:
+def _nowrap(text: str) -> Markup:
     """``text`` as HTML with each ``a -> b`` (or ``a → b``) in a span that never breaks (``.nw``)."""
     out, end = [], 0
     for m in _ARROW.finditer(text):
-        out += [escape(text[end:m.start()]), f'<span class="nw">{escape(m.group())}</span>']
+        out += [esc(text[end:m.start()]), Markup(f'<span class="nw">{esc(m.group())}</span>')]
         end = m.end()
-    return "".join(out) + escape(text[end:])
+    return join([*out, esc(text[end:])])
 
 
 _WHY = {"uncommitted changes": "with uncommitted changes", "0 ms": "at 0 ms"}
@@ -217,53 +208,61 @@ def _left_out_note(track: Series) -> str:
             if n else "")
 
 
-def _table(caption: str, header: Sequence[str], rows: Iterable[str], attrs: str = "", *, shown: bool = True) -> str:
-    """A table of ``rows`` (each a ``<tr>``), with a caption (for screen readers alone unless ``shown``) and a
-    header row."""
-    head = "".join(f'<th scope="col">{escape(h)}</th>' for h in header)
-    cap = "<caption>" if shown else '<caption class="sr">'
-    return (f"<table{attrs}>{cap}{escape(caption)}</caption><thead><tr>{head}</tr></thead><tbody>\n"
-            + "\n".join(rows) + "\n</tbody></table>")
+def _table(caption: str, header: Sequence[str], rows: Iterable[Markup], attrs: Markup = _NOTHING, *,
+           shown: bool = True) -> Markup:
+    """A table of ``rows`` (each a ``<tr>``), with ``attrs`` in its tag, a caption (for screen readers alone unless
+    ``shown``) and a header row."""
+    head = join(Markup(f'<th scope="col">{esc(h)}</th>') for h in header)
+    cap = Markup("<caption>") if shown else Markup('<caption class="sr">')
+    body = join(rows, "\n")
+    return Markup(f"<table{esc(attrs)}>{esc(cap)}{esc(caption)}</caption><thead><tr>{esc(head)}</tr></thead><tbody>\n"
+                  f"{esc(body)}\n</tbody></table>")
 
 
 # -- the index -----------------------------------------------------------------------------------------------------
 
 
-def _spark(track: Series, data: _Data) -> str:
+def _spark(track: Series, data: _Data) -> Markup:
     at = {p: i for i, p in enumerate(track.place_array.tolist())}
     marks = [at[data.place[c.after.uid]] for c in data.changes_of(track) if data.place.get(c.after.uid) in at]
     left_out = _left_out_note(track)
     label = (f"{track.name}: {len(track.medians)} sessions, latest median {track.medians[-1]:.4g} ms, "
              f"{len(marks)} change point(s)" + (f", {left_out} (hollow rings)" if left_out else ""))
-    return sparkline(track.median_array, marks, label=label, left_out=track.uncounted())
+    return Markup(sparkline(track.median_array, marks, label=label, left_out=track.uncounted()))
 
 
-def _series_cell(track: Series) -> str:
+def _series_cell(track: Series) -> Markup:
     """The series' link to its chart, and how many of its sessions are left out, where any is."""
     key = track.key
     href = f"{page_name(key.test)}#{_anchor(key.key, track.device)}"
-    link = f'<a href="{escape(href)}"><code>{escape(key.nodeid)}</code></a> <code>{escape(key.key)}</code>'
+    link = Markup(f'<a href="{esc(href)}"><code>{esc(key.nodeid)}</code></a> <code>{esc(key.key)}</code>')
     left_out = _left_out_note(track)
-    return f"<td>{link}" + (f'<br><span class="note left-out">{escape(left_out)}</span>' if left_out else "") + "</td>"
+    note = Markup(f'<br><span class="note left-out">{esc(left_out)}</span>') if left_out else _NOTHING
+    return Markup(f"<td>{esc(link)}{esc(note)}</td>")
 
 
-def _change_row(change: Change, track: Series, spark: str, repo_url: str | None) -> str:
-    cls = ' class="acked"' if change.ack is not None else ""
-    return (f"<tr{cls}>{_series_cell(track)}<td>{escape(change.device)}</td>"
-            f"<td>{spark}</td><td>{_direction(change)} {escape(change.magnitude_text)}</td>"
-            f"<td>{_range(change, repo_url)}</td><td>{_nowrap(change.cause_text)}</td><td>{_ack_text(change)}</td>"
-            "</tr>")
+def _tr(change: Change) -> Markup:
+    """The row's opening tag: greyed (``acked``) where ``change`` is acknowledged."""
+    return Markup("<tr>") if change.ack is None else Markup('<tr class="acked">')
 
 
-def _quiet_row(track: Series, spark: str) -> str:
-    return (f"<tr>{_series_cell(track)}<td>{escape(track.device)}</td><td>{spark}</td>"
-            f'<td class="num">{len(track.medians)}</td><td class="num">{track.medians[-1]:.4g}</td></tr>')
+def _change_row(change: Change, track: Series, spark: Markup, repo_url: str | None) -> Markup:
+    return Markup(f"{esc(_tr(change))}{esc(_series_cell(track))}<td>{esc(change.device)}</td>"
+                  f"<td>{esc(spark)}</td><td>{esc(_direction(change))} {esc(change.magnitude_text)}</td>"
+                  f"<td>{esc(_range(change, repo_url))}</td><td>{esc(_nowrap(change.cause_text))}</td>"
+                  f"<td>{esc(_ack_text(change))}</td></tr>")
 
 
-def _section(heading: str, header: Sequence[str], rows: Sequence[str], table_id: str) -> str:
+def _quiet_row(track: Series, spark: Markup) -> Markup:
+    return Markup(f"<tr>{esc(_series_cell(track))}<td>{esc(track.device)}</td><td>{esc(spark)}</td>"
+                  f'<td class="num">{len(track.medians):d}</td><td class="num">{track.medians[-1]:.4g}</td></tr>')
+
+
+def _section(heading: str, header: Sequence[str], rows: Sequence[Markup], table_id: str) -> Markup:
     """A heading and its table (there even when empty, so that its id always resolves), ``None.`` when empty."""
-    return (f'<h2 id="{table_id}-heading">{escape(heading)}</h2>\n'
-            + _table(heading, header, rows, f' id="{table_id}"', shown=False) + ("" if rows else "\n<p>None.</p>"))
+    table = _table(heading, header, rows, Markup(f' id="{esc(table_id)}"'), shown=False)
+    empty = _NOTHING if rows else Markup("\n<p>None.</p>")
+    return Markup(f'<h2 id="{esc(table_id)}-heading">{esc(heading)}</h2>\n{esc(table)}{esc(empty)}')
 
 
 def _index(data: _Data, repo_url: str | None) -> str:
@@ -278,13 +277,13 @@ def _index(data: _Data, repo_url: str | None) -> str:
     header = ["series", "device", "history", "change [99% interval]", "commits", "cause", "status"]
     branch = data.branch if data.branch is not None else "every branch"
     with_left_out = sum(1 for t in data.tracks if t.uncounted())
+    left_out = Markup(f"{with_left_out:d} series have sessions left out of change points (outliers, uncommitted "
+                      "changes, 0 ms: hollow rings on their charts). ") if with_left_out else _NOTHING
     body = [
-        f"<h1>jetmem history: {escape(branch)}</h1>",
-        f"<p>{len(data.rows)} session(s), {len(data.tracks)} series, {len(data.changes)} change point(s): "
-        f"{len(rows[False])} unacknowledged, {len(rows[True])} acknowledged. "
-        + (f"{with_left_out} series have sessions left out of change points (outliers, uncommitted changes, 0 ms: "
-           "hollow rings on their charts). " if with_left_out else "")
-        + '<a href="fleet.html">The fleet: the mode to pick per machine class</a>.</p>',
+        Markup(f"<h1>jetmem history: {esc(branch)}</h1>"),
+        Markup(f"<p>{len(data.rows):d} session(s), {len(data.tracks):d} series, {len(data.changes):d} change "
+               f"point(s): {len(rows[False]):d} unacknowledged, {len(rows[True]):d} acknowledged. {esc(left_out)}"
+               '<a href="fleet.html">The fleet: the mode to pick per machine class</a>.</p>'),
         _section("Unacknowledged change points (newest first)", header, rows[False], "changes"),
         _section("Acknowledged change points", header, rows[True], "acked"),
         _section("Series without change points", ["series", "device", "history", "sessions", "latest median (ms)"],
@@ -373,12 +372,12 @@ def _desc(key: str, device: str, tracks: Sequence[Series], found: Sequence[Chang
     return " ".join(parts)
 
 
-def _mode_rows(tracks: Sequence[Series], found: Sequence[Change]) -> list[str]:
+def _mode_rows(tracks: Sequence[Series], found: Sequence[Change]) -> list[Markup]:
     return [
-        f"<tr><td>{escape(t.key.mode or '-')}</td><td>{escape(t.key.nodeid)}</td>"
-        f'<td class="num">{len(t.medians)}</td><td>{escape(_counts(t.notes)) or "none"}</td>'
-        f'<td class="num">{t.medians[0]:.4g}</td><td class="num">{t.medians[-1]:.4g} ± {t.mads[-1]:.3g}</td>'
-        f'<td class="num">{sum(1 for c in found if c.series == t.key)}</td></tr>'
+        Markup(f"<tr><td>{esc(t.key.mode or '-')}</td><td>{esc(t.key.nodeid)}</td>"
+               f'<td class="num">{len(t.medians):d}</td><td>{esc(_counts(t.notes) or "none")}</td>'
+               f'<td class="num">{t.medians[0]:.4g}</td><td class="num">{t.medians[-1]:.4g} ± {t.mads[-1]:.3g}</td>'
+               f'<td class="num">{sum(1 for c in found if c.series == t.key):d}</td></tr>')
         for t in tracks
     ]
 
@@ -387,28 +386,27 @@ def _mode_rows(tracks: Sequence[Series], found: Sequence[Change]) -> list[str]:
 LIST_LEFT_OUT = 25
 
 
-def _left_out_list(tracks: Sequence[Series], data: _Data, repo_url: str | None) -> str:
+def _left_out_list(tracks: Sequence[Series], data: _Data, repo_url: str | None) -> Markup:
     """The sessions of a chart left out of change points (its hollow rings): mode, commit, start, median and why;
     ``""`` where none is."""
     items = sorted((p, t.key.mode or "-", m, note) for t in tracks
                    for p, m, note in zip(t.places, t.medians, t.notes, strict=True) if note)
     if not items:
-        return ""
-    lines = [f"<li>{escape(mode)}, {_commit(data.rows[p], repo_url)} {escape(data.rows[p].started[:16])}: "
-             f"{m:.4g} ms: {escape(note)}</li>" for p, mode, m, note in items[:LIST_LEFT_OUT]]
+        return _NOTHING
+    lines = [Markup(f"<li>{esc(mode)}, {esc(_commit(data.rows[p], repo_url))} {esc(data.rows[p].started[:16])}: "
+                    f"{m:.4g} ms: {esc(note)}</li>") for p, mode, m, note in items[:LIST_LEFT_OUT]]
     if len(items) > LIST_LEFT_OUT:
-        lines.append(f"<li>and {len(items) - LIST_LEFT_OUT} more</li>")
-    return (f'<p class="note">Sessions left out of change points (hollow rings), {len(items)}:</p>\n'
-            '<ul class="left-out note">' + "".join(lines) + "</ul>")
+        lines.append(Markup(f"<li>and {len(items) - LIST_LEFT_OUT:d} more</li>"))
+    return Markup(f'<p class="note">Sessions left out of change points (hollow rings), {len(items):d}:</p>\n'
+                  f'<ul class="left-out note">{esc(join(lines))}</ul>')
 
 
-def _change_rows(found: Sequence[Change], repo_url: str | None) -> list[str]:
+def _change_rows(found: Sequence[Change], repo_url: str | None) -> list[Markup]:
     return [
-        ("<tr>" if c.ack is None else '<tr class="acked">')
-        + f"<td>{escape(c.series.mode or '-')}</td><td>{_range(c, repo_url)}</td>"
-        f"<td>{_direction(c)} {escape(c.magnitude_text)}</td>"
-        f'<td class="num"><span class="nw">{c.point.before_ms:.4g} → {c.point.after_ms:.4g}</span></td>'
-        f"<td>{_nowrap(c.cause_text)}</td><td>{_ack_text(c)}</td></tr>"
+        Markup(f"{esc(_tr(c))}<td>{esc(c.series.mode or '-')}</td><td>{esc(_range(c, repo_url))}</td>"
+               f"<td>{esc(_direction(c))} {esc(c.magnitude_text)}</td>"
+               f'<td class="num"><span class="nw">{c.point.before_ms:.4g} → {c.point.after_ms:.4g}</span></td>'
+               f"<td>{esc(_nowrap(c.cause_text))}</td><td>{esc(_ack_text(c))}</td></tr>")
         for c in found
     ]
 
@@ -418,62 +416,71 @@ def _test_page(test: str, tracks: Sequence[Series], data: _Data, repo_url: str |
     groups: dict[tuple[str, str], list[Series]] = {}
     for t in tracks:
         groups.setdefault((t.key.key, t.device), []).append(t)
-    body = [f"<h1><code>{escape(test)}</code></h1>"]
+    body = [Markup(f"<h1><code>{esc(test)}</code></h1>")]
     for (key, device), group in sorted(groups.items()):
         group.sort(key=lambda t: data.modes.index(t.key.mode))
         chart, found = _chart(test, key, device, group, data)
         found.sort(key=lambda c: (data.place[c.after.uid], c.series.mode))
-        body.append(f'<section><h2><code>{escape(key)}</code> on {escape(device)}</h2>')
-        body.append(series_chart(chart))
+        body.append(Markup(f"<section><h2><code>{esc(key)}</code> on {esc(device)}</h2>"))
+        body.append(Markup(series_chart(chart)))
         body.append(_left_out_list(group, data, repo_url))
         body.append(_table("Memory modes", ["mode", "node id", "sessions", "left out of change points",
                                             "first median (ms)", "latest median ± MAD (ms)", "change points"],
                            _mode_rows(group, found)))
         body.append(_table("Change points", ["mode", "commits", "change [99% interval]", "median before → after (ms)",
-                                             "cause", "status"], _change_rows(found, repo_url), ' class="changes"')
-                    if found else "<p>No change points.</p>")
-        body.append("</section>")
+                                             "cause", "status"], _change_rows(found, repo_url),
+                           Markup(' class="changes"')) if found else Markup("<p>No change points.</p>"))
+        body.append(Markup("</section>"))
     return _page(f"{test}: jetmem history", body)
 
 
 # -- the fleet -----------------------------------------------------------------------------------------------------
 
 
-def _fleet_cell(cell: FleetCell | None) -> str:
+def _fleet_cell(cell: FleetCell | None) -> Markup:
     """A fleet cell: its text once (``managed (device 1.32x [...])``, the pick in bold; or ``no clear winner
     (tied: ...)``), then each mode's time against the fastest."""
     if cell is None:
-        return '<td class="note">not measured in two or more modes</td>'
+        return Markup('<td class="note">not measured in two or more modes</td>')
     text = cell.text
     if cell.pick and text.startswith(cell.pick):
-        said = f'<span class="pick">{escape(cell.pick)}</span>{escape(text[len(cell.pick):])}'
+        said = Markup(f'<span class="pick">{esc(cell.pick)}</span>{esc(text[len(cell.pick):])}')
     else:
-        said = escape(text)
-    ratios = ", ".join(f"{escape(s.mode)} {times(s.ratio)}" + (f" [{times(s.ci[0])}, {times(s.ci[1])}]" if s.ci else "")
+        said = esc(text)
+    ratios = ", ".join(f"{s.mode} {times(s.ratio)}" + (f" [{times(s.ci[0])}, {times(s.ci[1])}]" if s.ci else "")
                        for s in cell.advice.standings)
-    return f'<td title="{escape(cell.advice.summary())}">{said}<br><span class="note">{ratios}</span></td>'
+    return Markup(f'<td title="{esc(cell.advice.summary())}">{esc(said)}<br><span class="note">{esc(ratios)}</span>'
+                  "</td>")
+
+
+def _fleet_table(matrix: FleetMatrix, pages: dict[str, str]) -> Markup:
+    """The fleet matrix as a table (``id="fleet"``): one row per test and key, one column per machine class."""
+    if not matrix.rows:
+        return Markup('<table id="fleet"><caption>No test was measured in two or more memory modes on any machine '
+                      "class.</caption><tbody></tbody></table>")
+    head = join(Markup(f'<th scope="col">{esc(c.label)}<br><span class="note">class {esc(c.machine_class)}, '
+                       f"{c.sessions:d} session(s)</span></th>") for c in matrix.classes)
+    rows = []
+    for test, key in matrix.rows:
+        name = Markup(f"<code>{esc(test)}</code>")
+        link = Markup(f'<a href="{esc(pages[test])}">{esc(name)}</a>') if test in pages else name
+        cells = join(_fleet_cell(matrix.cells.get((test, key, c.machine_class))) for c in matrix.classes)
+        rows.append(Markup(f'<tr><th scope="row">{esc(link)}</th><td><code>{esc(key)}</code></td>{esc(cells)}</tr>'))
+    body = join(rows, "\n")
+    return Markup(f'<table id="fleet"><caption>Advice per test and machine class</caption><thead><tr>'
+                  f'<th scope="col">test</th><th scope="col">key</th>{esc(head)}</tr></thead><tbody>\n'
+                  f"{esc(body)}\n</tbody></table>")
 
 
 def _fleet(matrix: FleetMatrix, pages: dict[str, str], data: _Data) -> str:
-    """The fleet page: one row per test and key, one column per machine class."""
+    """The fleet page: the fleet matrix (:func:`_fleet_table`) under what it says."""
     branch = data.branch if data.branch is not None else "every branch"
-    head = "".join(f'<th scope="col">{escape(c.label)}<br><span class="note">class {escape(c.machine_class)}, '
-                   f"{c.sessions} session(s)</span></th>" for c in matrix.classes)
-    rows = []
-    for test, key in matrix.rows:
-        name = f"<code>{escape(test)}</code>"
-        link = f'<a href="{escape(pages[test])}">{name}</a>' if test in pages else name
-        cells = "".join(_fleet_cell(matrix.cells.get((test, key, c.machine_class))) for c in matrix.classes)
-        rows.append(f'<tr><th scope="row">{link}</th><td><code>{escape(key)}</code></td>{cells}</tr>')
     body = [
-        f"<h1>The fleet: the memory mode to pick per machine class ({escape(branch)})</h1>",
-        "<p>Each cell is the plugin's advice from the newest session of that machine class that measured the test "
-        "in two or more memory modes: the pick, or no clear winner, and each mode's time against the fastest "
-        '[99% interval]. <a href="fleet.json">fleet.json</a> holds the same, with the full advice.</p>',
-        f'<table id="fleet"><caption>Advice per test and machine class</caption><thead><tr><th scope="col">test</th>'
-        f'<th scope="col">key</th>{head}</tr></thead><tbody>\n' + "\n".join(rows) + "\n</tbody></table>"
-        if matrix.rows else '<table id="fleet"><caption>No test was measured in two or more memory modes on any '
-        "machine class.</caption><tbody></tbody></table>",
+        Markup(f"<h1>The fleet: the memory mode to pick per machine class ({esc(branch)})</h1>"),
+        Markup("<p>Each cell is the plugin's advice from the newest session of that machine class that measured the "
+               "test in two or more memory modes: the pick, or no clear winner, and each mode's time against the "
+               'fastest [99% interval]. <a href="fleet.json">fleet.json</a> holds the same, with the full advice.</p>'),
+        _fleet_table(matrix, pages),
     ]
     return _page(f"jetmem fleet: {branch}", body)
 
@@ -510,8 +517,8 @@ def _swap(new: Path, out_dir: Path) -> None:
 PARALLEL_POINTS = 200_000
 
 
-def _render(page: tuple[str, Callable[[], str]]) -> str:
-    return page[1]()
+def _render(job: tuple[str, Callable[[], str]]) -> str:
+    return job[1]()
 
 
 def _write(folder: Path, pages: Sequence[tuple[str, Callable[[], str]]],

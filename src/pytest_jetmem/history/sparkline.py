@@ -1,32 +1,25 @@
 """A sparkline: a series in 120 x 24 pixels of inline SVG, its change points and the sessions left out marked, for
-the site's index. GPU-free and pytest-free; knows nothing of stores.
+the site's index, drawn with :mod:`pytest_jetmem.draw.svg`. GPU-free and pytest-free; knows nothing of stores.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from html import escape
 
 import numpy as np
 
+from pytest_jetmem.draw.svg import coord, frame
 from pytest_jetmem.history.thinning import thin_indices
 
 __all__ = ["sparkline"]
-
-
-def _tenth(v: float) -> str:
-    """A coordinate: one decimal (a tenth of a pixel)."""
-    return f"{v:.1f}"
 
 
 def sparkline(values: Sequence[float] | np.ndarray, marks: Sequence[int] = (), *, label: str, width: int = 120,
               height: int = 24, left_out: Sequence[int] = ()) -> str:
     """A small line of ``values`` (thinned to about two points a pixel) with a dot at each index in ``marks``
     (change points) and a hollow dot at each in ``left_out`` (sessions that do not count, off the line),
-    ``role="img"`` with ``label`` as its accessible name."""
-    tip = f"<title>{escape(label)}</title>"
-    head = (f'<svg class="spark" role="img" aria-label="{escape(label)}" viewBox="0 0 {width} {height}" '
-            f'width="{width}" height="{height}">{tip}')
+    ``role="img"`` with ``label`` as its accessible name and tooltip (:func:`~pytest_jetmem.draw.svg.frame`)."""
+    head = frame(width, height, title=label, cls="spark")
     v = np.asarray(values, dtype=np.float64)
     if not v.size:
         return head + "</svg>"
@@ -41,7 +34,7 @@ def sparkline(values: Sequence[float] | np.ndarray, marks: Sequence[int] = (), *
     n = max(v.size - 1, 1)
 
     def xy(i: int) -> tuple[str, str]:
-        return _tenth(1 + (width - 2) * i / n), _tenth(height - 2 - (height - 4) * (float(v[i]) - lo) / span)
+        return coord(1 + (width - 2) * i / n), coord(height - 2 - (height - 4) * (float(v[i]) - lo) / span)
 
     coords = " ".join(",".join(xy(i)) for i in drawn.tolist())
     dots = "".join(f'<circle class="spark-cp" cx="{xy(i)[0]}" cy="{xy(i)[1]}" r="2.2" '

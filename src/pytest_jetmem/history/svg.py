@@ -20,26 +20,50 @@ each change point as a triangle (up: slower, down: faster) with a text label, gr
 elements carry ``class="mark"``, change point markers ``class="changepoint"``.
 
 Layout: every text stays inside the ``viewBox``, and no two labels (x ticks, boundary labels, change point labels)
-overlap each other, a boundary line or a change point marker, by their estimated boxes (:func:`text_width`): a
+overlap each other, a boundary line or a change point marker, by their estimated boxes
+(:func:`~pytest_jetmem.draw.svg.text_width`, placed by :class:`~pytest_jetmem.draw.svg.Placer`): a
 change point label goes to the nearest free row above or below its marker; where none is free within a few rows,
 the marker gets a number (``#1``) and the label goes to a numbered key under the legend, which, like the legend,
 wraps onto as many rows as it needs (the chart grows downwards). A line of more than
 :data:`MAX_POINTS` points is thinned to the first, last, lowest and highest point of each of :data:`MAX_POINTS` / 4
-buckets (:mod:`~.thinning`), and every point a change point starts at is kept. GPU-free and pytest-free; knows
-nothing of stores.
+buckets (:mod:`~.thinning`), and every point a change point starts at is kept.
+
+The drawing itself (scales, ticks and their labels, text widths, label placement, marker shapes, escaping, the
+accessible frame) is :mod:`pytest_jetmem.draw.svg`'s, the session report's too; this module holds what is a
+history chart's own: its model, its layout, dodged lines, boundaries, change point labels, the legend and the
+numbered key. GPU-free and pytest-free; knows nothing of stores.
 """
 
 from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from html import escape
 
 import numpy as np
 
 from pytest_jetmem.cuda.mode_styles import GREY, ModeStyle
+from pytest_jetmem.draw.svg import (
+    FONT,
+    FONT_ATTRS,
+    Box,
+    Flow,
+    Placer,
+    Scale,
+    coord,
+    dash_attr,
+    esc,
+    frame,
+    mark_paint,
+    marker,
+    nice_ticks,
+    number,
+    padded,
+    text_width,
+    tick_labels,
+    tooltip,
+)
 from pytest_jetmem.history.thinning import MAX_POINTS, thin_indices
 
 __all__ = ["FONT", "MAX_POINTS", "Boundary", "Chart", "Line", "Marker", "Point", "nice_ticks", "series_chart",
@@ -51,12 +75,6 @@ MAX_WHISKERS = 120
 MAX_MARKERS = 40
 
 
-#: The font size of every text of a chart (user units).
-FONT = 11.0
-# The width of a character as labels are placed, in em: on the wide side of DejaVu Sans (the usual fallback of
-# ``system-ui`` on Linux: digits 0.636 em, "m" 0.974, "%" 0.95, "#" 0.838, a space 0.318), so that labels placed
-# apart are apart in a browser. Wide characters and the space by name; capitals and digits 0.7; the rest 0.62.
-_EMS = dict.fromkeys("mwMW%#@→▼▲±", 1.0) | {" ": 0.35}
 #: The distance between two rows of labels (a line of 11 px text is about 12.8 px high).
 ROW = 14.0
 #: How far a line whose points lie on an earlier line's is drawn to the right, in user units.
@@ -133,28 +151,6 @@ class Chart:
     x_label: str = "session (commit order)"
 
 
-def _f(v: float) -> str:
-    """A coordinate: one decimal (a tenth of a pixel)."""
-    return f"{v:.1f}"
-
-
-def _num(v: float) -> str:
-    """A tick label or figure: 4 significant digits."""
-    return f"{v:.4g}"
-
-
-def nice_ticks(lo: float, hi: float, count: int = 5) -> list[float]:
-    """About ``count`` round tick values covering [lo, hi] (1, 2, 2.5 or 5 times a power of ten apart)."""
-    if not (math.isfinite(lo) and math.isfinite(hi)) or hi <= lo:
-        return [lo]
-    raw = (hi - lo) / max(count, 1)
-    mag = 10 ** math.floor(math.log10(raw))
-    step = next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw)
-    first = math.ceil(lo / step - 1e-9) * step
-    n = math.floor((hi - first) / step + 1e-9) + 1
-    return [round(first + i * step, 12) for i in range(n)]
-
-
 def thin(points: Sequence[Point], keep: frozenset[int] = frozenset(), limit: int = MAX_POINTS) -> list[Point]:
     """The ``points`` :func:`thin_indices` keeps of their medians, ``keep`` naming x positions."""
     if len(points) <= limit:
@@ -163,61 +159,7 @@ def thin(points: Sequence[Point], keep: frozenset[int] = frozenset(), limit: int
     return [points[i] for i in chosen.tolist()]
 
 
-# -- placing text --------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _Box:
-    """A rectangle of the chart in user units: left, top, right, bottom (y grows downwards, as in SVG). Boxes that
-    only touch do not overlap."""
-
-    x0: float
-    y0: float
-    x1: float
-    y1: float
-
-    def hits(self, other: _Box) -> bool:
-        """Whether the two overlap by more than an edge."""
-        return self.x0 < other.x1 and other.x0 < self.x1 and self.y0 < other.y1 and other.y0 < self.y1
-
-    def within(self, other: _Box) -> bool:
-        """Whether this box lies wholly inside ``other``."""
-        return other.x0 <= self.x0 and self.x1 <= other.x1 and other.y0 <= self.y0 and self.y1 <= other.y1
-
-
-def text_width(text: str) -> float:
-    """The width of ``text`` at :data:`FONT` size as labels are placed: an estimate on the wide side of the
-    browser's own, so that two labels placed apart by it do not touch when drawn."""
-    return FONT * sum(_EMS.get(ch, 0.7 if ch.isupper() or ch.isdigit() else 0.62) for ch in text)
-
-
-def _text_box(x: float, y: float, text: str, anchor: str, *, middle: bool = False) -> _Box:
-    """The estimated box of ``text`` drawn at (x, y) with ``anchor`` (start, middle, end); ``y`` its baseline (the
-    box from 0.93 em above to 0.24 em below, DejaVu Sans's ascent and descent), or its middle; a pixel of room
-    either side."""
-    w = text_width(text)
-    left = x - w if anchor == "end" else x - w / 2 if anchor == "middle" else x
-    top, bottom = (y - 0.6 * FONT, y + 0.6 * FONT) if middle else (y - 0.93 * FONT, y + 0.24 * FONT)
-    return _Box(left - 1, top, left + w + 1, bottom)
-
-
-class _Placer:
-    """Places labels where no label placed before and no obstacle is: ``taken`` holds the boxes of both (boundary
-    lines and change point markers are put there before any label is placed)."""
-
-    def __init__(self) -> None:
-        self.taken: list[_Box] = []
-
-    def place(self, text: str, candidates: Iterable[tuple[float, float, str]], area: _Box) -> tuple[float, float,
-                                                                                                       str] | None:
-        """The first of ``candidates`` (x, baseline y, text-anchor) where ``text`` lies inside ``area`` and clear of
-        everything taken (then taken); None where none is."""
-        for x, y, anchor in candidates:
-            box = _text_box(x, y, text, anchor)
-            if box.within(area) and not any(box.hits(t) for t in self.taken):
-                self.taken.append(box)
-                return x, y, anchor
-        return None
+# -- the numbered key ----------------------------------------------------------------------------------------------
 
 
 class _Key:
@@ -229,38 +171,29 @@ class _Key:
 
     def add(self, label: str, detail: str) -> str:
         """The number of a new entry, drawn where the label would have been."""
-        number = f"#{len(self.entries) + 1}"
-        self.entries.append((number, label, detail))
-        return number
+        tag = f"#{len(self.entries) + 1}"
+        self.entries.append((tag, label, detail))
+        return tag
 
 
 # -- the chart -----------------------------------------------------------------------------------------------------
 
 
-class _Scale:
-    """Maps session index and ms to plot coordinates: the plot spans ``x0``..``x1`` (``left`` to the right margin)
-    and ``y1``..``y0`` (top to bottom, :data:`TOP` down :data:`PLOT_H`), whatever the legend's height."""
+class _Plot:
+    """The plot's place in the chart: it spans ``x0``..``x1`` (``left`` to the right margin) and ``y1``..``y0`` (top
+    to bottom, :data:`TOP` down :data:`PLOT_H`), whatever the legend's height; ``x`` maps session indices (0..n-1)
+    and ``y`` ms (``lo``..``hi``, upwards) onto it."""
 
     def __init__(self, n: int, lo: float, hi: float, left: float) -> None:
-        self.n, self.lo, self.hi = n, lo, hi
         self.x0, self.x1 = left, WIDTH - RIGHT
         self.y0, self.y1 = TOP + PLOT_H, TOP
-
-    def x(self, i: float) -> float:
-        if self.n <= 1:
-            return (self.x0 + self.x1) / 2
-        return self.x0 + (self.x1 - self.x0) * i / (self.n - 1)
-
-    def y(self, v: float) -> float:
-        return self.y0 + (self.y1 - self.y0) * (v - self.lo) / (self.hi - self.lo)
+        self.x = Scale(0.0, float(max(n - 1, 0)), self.x0, self.x1)
+        self.y = Scale(lo, hi, self.y0, self.y1)
 
     def pairs(self, xs: Sequence[float] | np.ndarray, ys: Sequence[float] | np.ndarray, dx: float = 0.0) -> str:
-        """``x,y x,y ...`` of the points at session indices ``xs`` and values ``ys`` (as :meth:`x` and :meth:`y`
+        """``x,y x,y ...`` of the points at session indices ``xs`` and values ``ys`` (as :attr:`x` and :attr:`y`
         place them, to a tenth of a pixel), ``dx`` to the right: on arrays, one string a point."""
-        i, v = np.asarray(xs, dtype=np.float64), np.asarray(ys, dtype=np.float64)
-        px = np.full(i.shape, (self.x0 + self.x1) / 2) if self.n <= 1 else \
-            self.x0 + (self.x1 - self.x0) * i / (self.n - 1)
-        py = self.y0 + (self.y1 - self.y0) * (v - self.lo) / (self.hi - self.lo)
+        px, py = self.x(np.asarray(xs, dtype=np.float64)), self.y(np.asarray(ys, dtype=np.float64))
         return " ".join([f"{x:.1f},{y:.1f}" for x, y in zip((px + dx).tolist(), py.tolist(), strict=True)])
 
 
@@ -271,59 +204,38 @@ def _range(chart: Chart) -> tuple[float, float]:
     marks = [m.y for m in chart.markers]
     if not (lows or marks):
         return 0.0, 1.0
-    lo, hi = min(lows + marks), max(highs + marks)
-    pad = (hi - lo) * 0.05 or abs(hi) * 0.05 or 1.0
-    return max(lo - pad, 0.0) if lo >= 0 else lo - pad, hi + pad
-
-
-def _shape(kind: str, x: float, y: float, r: float, attrs: str, tip: str = "") -> str:
-    """A marker of shape ``kind`` centred on (x, y), ``r`` its half size; ``tip`` its tooltip."""
-    title = f"<title>{escape(tip)}</title>" if tip else ""
-    if kind == "circle":
-        return f'<circle cx="{_f(x)}" cy="{_f(y)}" r="{_f(r)}" {attrs}>{title}</circle>'
-    if kind == "square":
-        return (f'<rect x="{_f(x - r)}" y="{_f(y - r)}" width="{_f(2 * r)}" height="{_f(2 * r)}" {attrs}>'
-                f"{title}</rect>")
-    d = {
-        "triangle": f"M{_f(x)} {_f(y - r * 1.2)}L{_f(x + r * 1.1)} {_f(y + r * 0.8)}H{_f(x - r * 1.1)}Z",
-        "down": f"M{_f(x)} {_f(y + r * 1.2)}L{_f(x + r * 1.1)} {_f(y - r * 0.8)}H{_f(x - r * 1.1)}Z",
-        "diamond": f"M{_f(x)} {_f(y - r * 1.3)}L{_f(x + r)} {_f(y)}L{_f(x)} {_f(y + r * 1.3)}L{_f(x - r)} {_f(y)}Z",
-        "cross": f"M{_f(x - r)} {_f(y - r)}L{_f(x + r)} {_f(y + r)}M{_f(x - r)} {_f(y + r)}L{_f(x + r)} {_f(y - r)}",
-    }.get(kind)
-    if d is None:  # a plus
-        d = f"M{_f(x - r)} {_f(y)}H{_f(x + r)}M{_f(x)} {_f(y - r)}V{_f(y + r)}"
-    return f'<path d="{d}" {attrs}>{title}</path>'
+    return padded(min(lows + marks), max(highs + marks), 0.05)
 
 
 def _left(ticks: Sequence[float]) -> float:
     """The plot's left edge: room for the widest y tick label (6 units from the plot) and, left of it, the y axis
     title (rotated, centred 14 units from the edge: 30 units in all)."""
-    return max(MIN_LEFT, math.ceil(30 + 6 + max((text_width(_num(v)) for v in ticks), default=0.0)))
+    return max(MIN_LEFT, math.ceil(30 + 6 + max(map(text_width, tick_labels(ticks)), default=0.0)))
 
 
-def _axes(chart: Chart, s: _Scale, ticks: Sequence[float]) -> list[str]:
+def _axes(chart: Chart, s: _Plot, ticks: Sequence[float]) -> list[str]:
     """The frame, the y ticks and grid, the x ticks and the axis titles."""
     out = [f'<rect x="{s.x0}" y="{s.y1}" width="{s.x1 - s.x0}" height="{s.y0 - s.y1}" class="frame" fill="none" '
            'stroke="#bbb"/>']
-    for v in ticks:
-        y = _f(s.y(v))
+    for v, label in zip(ticks, tick_labels(ticks), strict=True):
+        y = coord(s.y(v))
         out.append(f'<line x1="{s.x0}" x2="{s.x1}" y1="{y}" y2="{y}" stroke="#eee"/>'
                    f'<text x="{s.x0 - 6}" y="{y}" text-anchor="end" dominant-baseline="middle" class="y-tick">'
-                   f"{_num(v)}</text>")
-    out.extend(_x_ticks(chart, s))
-    out.append(f'<text x="{(s.x0 + s.x1) / 2:.0f}" y="{s.y0 + 32}" text-anchor="middle">{escape(chart.x_label)}</text>')
+                   f"{label}</text>")
+    out.extend(_session_labels(chart, s))
+    out.append(f'<text x="{(s.x0 + s.x1) / 2:.0f}" y="{s.y0 + 32}" text-anchor="middle">{esc(chart.x_label)}</text>')
     out.append(f'<text x="14" y="{(s.y0 + s.y1) / 2:.0f}" text-anchor="middle" '
-               f'transform="rotate(-90 14 {(s.y0 + s.y1) / 2:.0f})">{escape(chart.y_label)}</text>')
+               f'transform="rotate(-90 14 {(s.y0 + s.y1) / 2:.0f})">{esc(chart.y_label)}</text>')
     return out
 
 
-def _x_ticks(chart: Chart, s: _Scale) -> list[str]:
+def _session_labels(chart: Chart, s: _Plot) -> list[str]:
     """About 6 session labels, the first and the last always: each inside the chart (moved in from the edge where
     it would cross it, its tick where the session is), one that would overlap a placed one left out."""
     n = len(chart.x_labels)
     step = max(1, math.ceil(n / 6))
     wanted = dict.fromkeys([0, n - 1, *range(step, n - 1, step)]) if n else {}
-    placer, area = _Placer(), _Box(0, 0, WIDTH, s.y0 + 20)
+    placer, area = Placer(), Box(0, 0, WIDTH, s.y0 + 20)
     out = []
     for i in wanted:
         x, text = s.x(i), chart.x_labels[i]
@@ -331,15 +243,16 @@ def _x_ticks(chart: Chart, s: _Scale) -> list[str]:
         cx = min(max(x, half), WIDTH - half)
         if placer.place(text, [(cx, s.y0 + 16, "middle")], area) is None:
             continue
-        out.append(f'<line x1="{_f(x)}" x2="{_f(x)}" y1="{s.y0}" y2="{s.y0 + 4}" stroke="#888"/>'
-                   f'<text x="{_f(cx)}" y="{s.y0 + 16}" text-anchor="middle" class="x-tick">{escape(text)}</text>')
+        out.append(f'<line x1="{coord(x)}" x2="{coord(x)}" y1="{s.y0}" y2="{s.y0 + 4}" stroke="#888"/>'
+                   f'<text x="{coord(cx)}" y="{s.y0 + 16}" text-anchor="middle" class="x-tick">{esc(text)}</text>')
     return out
 
 
-def _spread(points: Sequence[Point], s: _Scale, colour: str, dx: float) -> str:
+def _spread(points: Sequence[Point], s: _Plot, colour: str, dx: float) -> str:
     """Each session's median +- MAD: whiskers (one path) for a few points, else a band."""
     if len(points) <= MAX_WHISKERS or len(points) == 1:
-        d = "".join(f"M{_f(s.x(p.x) + dx)} {_f(s.y(p.median - p.mad))}V{_f(s.y(p.median + p.mad))}" for p in points)
+        d = "".join(f"M{coord(s.x(p.x) + dx)} {coord(s.y(p.median - p.mad))}V{coord(s.y(p.median + p.mad))}"
+                    for p in points)
         return f'<path class="mark spread" d="{d}" stroke="{colour}" stroke-width="1.5" fill="none"/>'
     xs, medians, mads = (np.array([getattr(p, name) for p in points], dtype=np.float64)
                          for name in ("x", "median", "mad"))
@@ -347,17 +260,13 @@ def _spread(points: Sequence[Point], s: _Scale, colour: str, dx: float) -> str:
     return f'<polygon class="mark spread" points="{upper} {lower}" fill="{colour}" fill-opacity="0.18" stroke="none"/>'
 
 
-def _dash(dash: str) -> str:
-    return f' stroke-dasharray="{dash}"' if dash else ""
-
-
 def _tip(line: Line, p: Point) -> str:
     """A point's tooltip: ``managed: 1.234 ms ± 0.01 (a1b2c3d4e5 2026-11-01T00:30; outlier: left out)``."""
     extra = "; ".join(t for t in (p.note, p.left_out) if t)
-    return f"{line.name}: {_num(p.median)} ms ± {_num(p.mad)}" + (f" ({extra})" if extra else "")
+    return f"{line.name}: {number(p.median)} ms ± {number(p.mad)}" + (f" ({extra})" if extra else "")
 
 
-def _line(line: Line, chart: Chart, s: _Scale, dx: float) -> list[str]:
+def _line(line: Line, chart: Chart, s: _Plot, dx: float) -> list[str]:
     """One mode: its spread, its polyline (dashed by mode) and its markers (shaped by mode), with tooltips; the
     sessions left out as hollow rings off the line; everything ``dx`` to the right."""
     colour, dash, shape = line.style.colour, line.style.dash, line.style.shape
@@ -366,13 +275,13 @@ def _line(line: Line, chart: Chart, s: _Scale, dx: float) -> list[str]:
     left_out = thin([p for p in line.points if p.left_out])
     points = thin(counted or line.points, keep)
     coords = s.pairs([p.x for p in points], [p.median for p in points], dx)
-    out = [f'<g class="series" data-mode="{escape(line.name)}">', _spread(points, s, colour, dx),
+    out = [f'<g class="series" data-mode="{esc(line.name)}">', _spread(points, s, colour, dx),
            f'<polyline class="mark line" points="{coords}" fill="none" stroke="{colour}" stroke-width="1.6"'
-           f"{_dash(dash)}><title>{escape(line.name)}</title></polyline>"]
+           f"{dash_attr(dash)}><title>{esc(line.name)}</title></polyline>"]
     if counted:
         every = max(1, math.ceil(len(points) / MAX_MARKERS))
-        attrs = f'class="mark point" fill="{colour}" stroke="#fff" stroke-width="0.8"'
-        out.extend(_shape(shape, s.x(p.x) + dx, s.y(p.median), 3.5, attrs, _tip(line, p)) for p in points[::every])
+        attrs = f'class="mark point" {mark_paint(shape, colour)}'
+        out.extend(marker(shape, s.x(p.x) + dx, s.y(p.median), 3.5, attrs, _tip(line, p)) for p in points[::every])
     out.extend(_left_out_mark(shape, s.x(p.x) + dx, s.y(p.median), colour, _tip(line, p)) for p in left_out)
     out.append("</g>")
     return out
@@ -380,17 +289,16 @@ def _line(line: Line, chart: Chart, s: _Scale, dx: float) -> list[str]:
 
 def _left_out_mark(shape: str, x: float, y: float, colour: str, tip: str = "", cls: str = "mark left-out") -> str:
     """A session left out of change points: a hollow ring around a small outline of the mode's marker shape."""
-    title = f"<title>{escape(tip)}</title>" if tip else ""
-    return (f'<g class="{cls}">{title}<circle cx="{_f(x)}" cy="{_f(y)}" r="5.5" fill="#fff" '
+    return (f'<g class="{cls}">{tooltip(tip)}<circle cx="{coord(x)}" cy="{coord(y)}" r="5.5" fill="#fff" '
             f'stroke="{colour}" stroke-width="1.3"/>'
-            + _shape(shape, x, y, 2.2, f'fill="none" stroke="{colour}" stroke-width="1"') + "</g>")
+            + marker(shape, x, y, 2.2, f'fill="none" stroke="{colour}" stroke-width="1"') + "</g>")
 
 
-def _dodges(chart: Chart, s: _Scale) -> dict[str, float]:
+def _dodges(chart: Chart, s: _Plot) -> dict[str, float]:
     """How far right each line is drawn: 0, or :data:`DODGE` more than each earlier line whose points it lies on
     (at half or more of the sessions both have, within 2 px)."""
     out: dict[str, float] = {}
-    ys = [s.y0 + (s.y1 - s.y0) * (line.columns[1] - s.lo) / (s.hi - s.lo) for line in chart.lines]
+    ys = [s.y(line.columns[1]) for line in chart.lines]
     for j, line in enumerate(chart.lines):
         shift = 0.0
         for i in range(j):
@@ -411,18 +319,18 @@ def _same_as(chart: Chart, dodges: dict[str, float]) -> dict[str, str]:
     return notes
 
 
-def _boundary_line(s: _Scale, b: Boundary) -> tuple[float, _Box]:
+def _boundary_line(s: _Plot, b: Boundary) -> tuple[float, Box]:
     """The x of a boundary's line, half way between the sessions either side, and the box no label may cross: from
     4 units above the plot (pointing at its label) to the plot's bottom."""
     x = s.x(b.x - 0.5)
-    return x, _Box(x - 1, s.y1 - 4, x + 1, s.y0)
+    return x, Box(x - 1, s.y1 - 4, x + 1, s.y0)
 
 
-def _boundaries(chart: Chart, s: _Scale, placer: _Placer, key: _Key) -> list[str]:
+def _boundaries(chart: Chart, s: _Plot, placer: Placer, key: _Key) -> list[str]:
     """A vertical line between the last session of a machine class and the first of the next, with its label in
     one of the two rows above the plot (or its number there, the label in the key)."""
     out = []
-    area = _Box(0, 0, WIDTH, s.y1)
+    area = Box(0, 0, WIDTH, s.y1)
     rows = (s.y1 - 5, s.y1 - 5 - ROW)
     for b in chart.boundaries:
         x, _ = _boundary_line(s, b)
@@ -438,15 +346,15 @@ def _boundaries(chart: Chart, s: _Scale, placer: _Placer, key: _Key) -> list[str
         label = ""
         if spot is not None:
             tx, ty, anchor = spot
-            label = (f'<text x="{_f(tx)}" y="{_f(ty)}" text-anchor="{anchor}" class="boundary-label">'
-                     f"{escape(text)}</text>")
-        out.append(f'<g class="boundary"><title>{escape(b.detail)}</title>'
-                   f'<line x1="{_f(x)}" x2="{_f(x)}" y1="{s.y1 - 4}" y2="{s.y0}" stroke="#444" stroke-width="1.2" '
-                   f'stroke-dasharray="6 2 1 2"/>{label}</g>')
+            label = (f'<text x="{coord(tx)}" y="{coord(ty)}" text-anchor="{anchor}" class="boundary-label">'
+                     f"{esc(text)}</text>")
+        out.append(f'<g class="boundary"><title>{esc(b.detail)}</title><line x1="{coord(x)}" x2="{coord(x)}" '
+                   f'y1="{s.y1 - 4}" y2="{s.y0}" stroke="#444" stroke-width="1.2" stroke-dasharray="6 2 1 2"/>'
+                   f"{label}</g>")
     return out
 
 
-def _label_spots(x: float, y: float, s: _Scale, rows: int) -> list[tuple[float, float, str]]:
+def _label_spots(x: float, y: float, s: _Plot, rows: int) -> list[tuple[float, float, str]]:
     """Where a change point's label may go, nearest first: rows above and below the marker, right and left."""
     right_first = x < (s.x0 + s.x1) / 2 or x + 8 + 60 <= s.x1
     sides = [(x + 8, "start"), (x - 8, "end")] if right_first else [(x - 8, "end"), (x + 8, "start")]
@@ -455,19 +363,19 @@ def _label_spots(x: float, y: float, s: _Scale, rows: int) -> list[tuple[float, 
     return [(tx, ty, anchor) for ty in levels for tx, anchor in sides]
 
 
-def _markers(chart: Chart, s: _Scale, dodges: dict[str, float], placer: _Placer, key: _Key) -> list[str]:
+def _markers(chart: Chart, s: _Plot, dodges: dict[str, float], placer: Placer, key: _Key) -> list[str]:
     """Each change point: a triangle (up: slower, down: faster) and a text label placed clear of every other label,
     marker and boundary line (else its number there and the label in the key); grey where acknowledged."""
     at = [(s.x(m.x) + dodges.get(m.line, 0.0), s.y(m.y)) for m in chart.markers]
-    placer.taken.extend(_Box(x - 7, y - 7.5, x + 7, y + 7.5) for x, y in at)
-    area = _Box(s.x0 + 1, s.y1 + 1, s.x1 - 1, s.y0 - 1)
+    placer.taken.extend(Box(x - 7, y - 7.5, x + 7, y + 7.5) for x, y in at)
+    area = Box(s.x0 + 1, s.y1 + 1, s.x1 - 1, s.y0 - 1)
     everywhere = math.ceil(PLOT_H / ROW)
     out = []
     for m, (x, y) in zip(chart.markers, at, strict=True):
         colour = GREY if m.acked else ("#b2182b" if m.slower else "#2166ac")
         cls = "changepoint acked" if m.acked else "changepoint"
         attrs = f'class="{cls}" fill="{colour}" stroke="#000" stroke-width="0.8"'
-        shape = _shape("triangle" if m.slower else "down", x, y, 6, attrs, m.detail)
+        shape = marker("triangle" if m.slower else "down", x, y, 6, attrs, m.detail)
         text = m.label
         spot = placer.place(text, _label_spots(x, y, s, _NEAR_ROWS), area)
         if spot is None:
@@ -479,68 +387,56 @@ def _markers(chart: Chart, s: _Scale, dodges: dict[str, float], placer: _Placer,
         tx, ty, anchor = spot
         ink = "#666" if m.acked else "#000"
         if abs(ty - (y - 10)) > 1:  # a label moved clear of the others: a leader line to its marker
-            shape += (f'<line x1="{_f(x)}" y1="{_f(y)}" x2="{_f(tx)}" y2="{_f(ty - 4)}" stroke="{ink}" '
+            shape += (f'<line x1="{coord(x)}" y1="{coord(y)}" x2="{coord(tx)}" y2="{coord(ty - 4)}" stroke="{ink}" '
                       'stroke-width="0.5" stroke-dasharray="1 2"/>')
-        out.append(f'<g class="changepoint-group">{shape}<text x="{_f(tx)}" y="{_f(ty)}" text-anchor="{anchor}" '
-                   f'fill="{ink}" class="changepoint-label">{escape(text)}</text></g>')
+        out.append(f'<g class="changepoint-group">{shape}<text x="{coord(tx)}" y="{coord(ty)}" text-anchor="{anchor}" '
+                   f'fill="{ink}" class="changepoint-label">{esc(text)}</text></g>')
     return out
 
 
-class _Flow:
-    """Lays entries left to right from ``x0``, a new row (``step`` lower) where one would cross the right edge; an
-    entry wider than the chart still goes first on a row of its own."""
-
-    def __init__(self, x0: float, y: float, step: float) -> None:
-        self.x0, self.x, self.y, self.step = x0, x0, y, step
-
-    def at(self, width: float) -> tuple[float, float]:
-        """Where an entry ``width`` wide goes: after the one before on its row, or first on the next row."""
-        if self.x > self.x0 and self.x + width > WIDTH - 4:
-            self.x, self.y = self.x0, self.y + self.step
-        spot = self.x, self.y
-        self.x += width
-        return spot
+def _legend_label(x: float, y: float, text: str) -> str:
+    """A legend entry's text, its left end at ``x``, its middle at ``y``."""
+    return f'<text x="{coord(x)}" y="{coord(y)}" dominant-baseline="middle" class="legend-label">{esc(text)}</text>'
 
 
-def _legend(chart: Chart, s: _Scale, notes: dict[str, str]) -> tuple[list[str], float]:
+def _legend(chart: Chart, s: _Plot, notes: dict[str, str]) -> tuple[list[str], float]:
     """One entry per mode: a stretch of its dashed line with its marker, and its name (and where it is drawn
     offset, why); the hollow marker's meaning where a session is left out; the change point key. Its last row's y."""
     out = ['<g class="legend">']
-    flow = _Flow(s.x0, s.y0 + 54, ROW + 4)
+    flow = Flow(s.x0, s.y0 + 54, ROW + 4, WIDTH - 4)
     for line in chart.lines:
         colour, dash, shape = line.style.colour, line.style.dash, line.style.shape
         name = line.name + (f" ({notes[line.name]})" if line.name in notes else "")
         x, y = flow.at(33 + text_width(name) + 14)
-        out.append(f'<line x1="{_f(x)}" x2="{_f(x + 28)}" y1="{_f(y)}" y2="{_f(y)}" stroke="{colour}" '
-                   f'stroke-width="1.6"{_dash(dash)}/>')
-        out.append(_shape(shape, x + 14, y, 3.5, f'fill="{colour}" stroke="#fff" stroke-width="0.8"'))
-        out.append(f'<text x="{_f(x + 33)}" y="{_f(y)}" dominant-baseline="middle" class="legend-label">'
-                   f"{escape(name)}</text>")
+        out.append(f'<line x1="{coord(x)}" x2="{coord(x + 28)}" y1="{coord(y)}" y2="{coord(y)}" stroke="{colour}" '
+                   f'stroke-width="1.6"{dash_attr(dash)}/>')
+        out.append(marker(shape, x + 14, y, 3.5, mark_paint(shape, colour)))
+        out.append(_legend_label(x + 33, y, name))
     if any(p.left_out for line in chart.lines for p in line.points):
         text = "hollow ring: left out of change points"
         x, y = flow.at(14 + text_width(text) + 14)
         out.append(_left_out_mark("circle", x + 6, y, GREY, cls="legend-ring"))
-        out.append(f'<text x="{_f(x + 14)}" y="{_f(y)}" dominant-baseline="middle" class="legend-label">{text}</text>')
+        out.append(_legend_label(x + 14, y, text))
     if chart.markers:
         text = "change point (▼ faster; grey: acknowledged)"
         x, y = flow.at(14 + text_width(text) + 14)
-        out.append(_shape("triangle", x + 6, y, 5, 'fill="#b2182b" stroke="#000" stroke-width="0.8"'))
-        out.append(f'<text x="{_f(x + 14)}" y="{_f(y)}" dominant-baseline="middle" class="legend-label">{text}</text>')
+        out.append(marker("triangle", x + 6, y, 5, 'fill="#b2182b" stroke="#000" stroke-width="0.8"'))
+        out.append(_legend_label(x + 14, y, text))
     out.append("</g>")
     return out, flow.y
 
 
-def _key(key: _Key, s: _Scale, y: float) -> tuple[list[str], float]:
+def _key(key: _Key, s: _Plot, y: float) -> tuple[list[str], float]:
     """The numbered key's entries from baseline ``y`` on (nothing where it is empty), and the last row's y."""
     if not key.entries:
         return [], y - ROW
     out = ['<g class="key">']
-    flow = _Flow(s.x0, y, ROW)
-    for number, label, detail in key.entries:
-        text = f"{number} {label}"
+    flow = Flow(s.x0, y, ROW, WIDTH - 4)
+    for tag, label, detail in key.entries:
+        text = f"{tag} {label}"
         x, ty = flow.at(text_width(text) + 16)
-        out.append(f'<text x="{_f(x)}" y="{_f(ty)}" class="key-entry"><title>{escape(detail)}</title>'
-                   f"{escape(text)}</text>")
+        out.append(f'<text x="{coord(x)}" y="{coord(ty)}" class="key-entry"><title>{esc(detail)}</title>'
+                   f"{esc(text)}</text>")
     out.append("</g>")
     return out, flow.y
 
@@ -550,9 +446,9 @@ def series_chart(chart: Chart) -> str:
     description; as tall as its legend and key need."""
     lo, hi = _range(chart)
     ticks = nice_ticks(lo, hi)
-    s = _Scale(len(chart.x_labels), lo, hi, _left(ticks))
+    s = _Plot(len(chart.x_labels), lo, hi, _left(ticks))
     dodges = _dodges(chart, s)
-    placer, key = _Placer(), _Key()
+    placer, key = Placer(), _Key()
     placer.taken.extend(_boundary_line(s, b)[1] for b in chart.boundaries)
     drawn = [*_axes(chart, s, ticks), *_boundaries(chart, s, placer, key)]
     for line in chart.lines:
@@ -561,11 +457,5 @@ def series_chart(chart: Chart) -> str:
     legend, last = _legend(chart, s, _same_as(chart, dodges))
     keyed, last = _key(key, s, last + ROW + 6)
     height = math.ceil(last + 14)
-    ident = escape(chart.ident)
-    head = [
-        f'<svg class="chart" id="{ident}" role="img" aria-labelledby="{ident}-t {ident}-d" '
-        f'viewBox="0 0 {WIDTH} {height}" width="{WIDTH}" height="{height}" font-size="{FONT:g}" '
-        'font-family="system-ui, sans-serif">',
-        f'<title id="{ident}-t">{escape(chart.title)}</title><desc id="{ident}-d">{escape(chart.desc)}</desc>',
-    ]
-    return "\n".join([*head, *drawn, *legend, *keyed, "</svg>"])
+    head = frame(WIDTH, height, title=chart.title, desc=chart.desc, ident=chart.ident, attrs=FONT_ATTRS)
+    return "\n".join([head, *drawn, *legend, *keyed, "</svg>"])

@@ -1,24 +1,41 @@
 """The charts of the report: one per test, drawn with matplotlib (a base64 PNG ``<img>``) where it is installed,
-else as plain inline SVG drawn here.
+else as plain inline SVG drawn here with :mod:`pytest_jetmem.draw.svg` (the history site's scales, ticks, label
+placement, markers and accessible frame).
 
 For each measurement of the test a panel of bars per mode (median) with whiskers from p5 to p95, and, where
 two or more saved baselines hold the test, a panel with its median in each of them, oldest first, and in this
-run. :func:`chart_backend` says which back end a page uses, :func:`draw_chart` draws one test's chart with it.
-Also the markup primitives the page shares with the charts: :func:`escape`, :func:`format_ms` and
-:func:`mode_color`. Nothing here is loaded from the network.
-"""
+run, a line per mode in its colour, dash pattern and marker shape (:mod:`pytest_jetmem.cuda.mode_styles`).
+:func:`chart_backend` says which back end a page uses, :func:`draw_chart` draws one test's chart with it. Also
+:func:`format_ms` and :func:`mode_color`, which the page shares with the charts, and :data:`escape` (the one
+escaping rule, :func:`pytest_jetmem.draw.svg.esc`). Nothing here is loaded from the network."""
 
 from __future__ import annotations
 
 import base64
-import html
 import io
-import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pytest_jetmem.cuda.mode_styles import mode_style
+from pytest_jetmem.cuda.mode_styles import ModeStyle, mode_style
+from pytest_jetmem.draw.svg import (
+    Box,
+    Flow,
+    Placer,
+    Scale,
+    coord,
+    dash_attr,
+    esc,
+    frame,
+    mark_paint,
+    marker,
+    nice_ticks,
+    number,
+    padded,
+    text_width,
+    tick_labels,
+    tooltip,
+)
 from pytest_jetmem.measure.record import MeasurementRecord, Statistics
 from pytest_jetmem.report.rows import Group, TrendPoint, Trends, finite, has_trend
 
@@ -41,14 +58,13 @@ NO_MATPLOTLIB_NOTE = (
 
 
 # -- markup primitives ---------------------------------------------------------------------------------
-def escape(x: object) -> str:
-    """``str(x)`` escaped for HTML text and quoted attribute values (``& < > " '``)."""
-    return html.escape(str(x), quote=True)
+#: The one escaping rule (:func:`pytest_jetmem.draw.svg.esc`), under the name this module has always exported.
+escape = esc
 
 
 def format_ms(x: object, digits: int = 4) -> str:
     """``x`` with ``digits`` significant digits (``%g``) where it is a finite number (:func:`finite`), else ``""``."""
-    return f"{x:.{digits}g}" if finite(x) else ""
+    return number(x, digits) if isinstance(x, (int, float)) and finite(x) else ""
 
 
 def mode_color(mode: str, modes: Sequence[str]) -> str:
@@ -73,17 +89,6 @@ def draw_chart(group: Group, trends: Trends, charts: str = "auto") -> str:
 
 
 # -- charts: our own SVG -------------------------------------------------------------------------------
-def _ticks(top: float) -> list[float]:
-    """Round tick values from 0 to at least ``top``: a step of 1, 2, 2.5 or 5 times a power of ten, 3 to 6 ticks."""
-    if not top > 0 or not math.isfinite(top):
-        return [0.0, 0.25, 0.5, 0.75, 1.0]
-    raw = top / 4
-    exp = 10 ** math.floor(math.log10(raw))
-    step = next(m * exp for m in (1, 2, 2.5, 5, 10) if m * exp >= raw)
-    n = math.ceil(top / step - 1e-9)
-    return [round(step * i, 12) for i in range(n + 1)]
-
-
 def _or_zero(x: float) -> float:
     """``x`` where it is finite, else 0 (a bar's height, an axis's top)."""
     return x if finite(x) else 0.0
@@ -93,71 +98,93 @@ def _trim(text: str, n: int) -> str:
     return text if len(text) <= n else text[: n - 1] + "…"
 
 
-# Margins of a panel around its plotting area, in SVG units.
+# A panel's size and its margins around its plotting area, and a row of the legend, in SVG units.
+_PANEL_W, _PANEL_H = 320.0, 230.0
 _LEFT, _BOTTOM, _RIGHT, _TITLE_H = 52.0, 34.0, 8.0, 22.0
+_LEGEND_ROW = 16.0
+#: The room a panel leaves above its highest value (for the value over a bar), a share of its range (:func:`padded`).
+_HEADROOM = 0.08
+_STYLE = (
+    "<style>.pt{font:bold 12px sans-serif}.tick,.val{font:11px sans-serif;fill:#333}"
+    ".grid{stroke:#e3e3e3}.axis{stroke:#444}.whisker{stroke:#222;stroke-width:1.5}</style>"
+)
 
 
 @dataclass(frozen=True)
 class _Plot:
-    """The plotting area of one SVG panel (its top-left corner, width, height) and the value at its top."""
+    """One panel: its box (``panel``), its plotting area (from ``x0``, ``w`` wide, from ``top`` down to the x axis
+    at ``bottom``), ``y`` mapping ms onto it (0 on the x axis) and ``ticks``, the ms of its grid lines."""
 
+    panel: Box
     x0: float
-    y0: float
     w: float
-    h: float
-    ymax: float
+    top: float
+    bottom: float
+    y: Scale
+    ticks: tuple[float, ...]
 
     @classmethod
-    def inside(cls, x0: float, y0: float, w: float, h: float, ymax: float) -> _Plot:
-        """The plotting area of the panel at ``(x0, y0)`` of size ``w`` x ``h``: the panel less its margins."""
-        return cls(x0 + _LEFT, y0 + _TITLE_H, w - _LEFT - _RIGHT, h - _TITLE_H - _BOTTOM, ymax)
+    def inside(cls, x0: float, y0: float, highest: float) -> _Plot:
+        """The panel at ``(x0, y0)``: from 0 ms to a little above ``highest`` (0 where it is not a number)."""
+        lo, hi = padded(0.0, _or_zero(highest), _HEADROOM)
+        top, bottom = y0 + _TITLE_H, y0 + _PANEL_H - _BOTTOM
+        panel = Box(x0, y0, x0 + _PANEL_W, y0 + _PANEL_H)
+        return cls(panel, x0 + _LEFT, _PANEL_W - _LEFT - _RIGHT, top, bottom, Scale(lo, hi, bottom, top),
+                   tuple(nice_ticks(lo, hi)))
 
-    @property
-    def bottom(self) -> float:
-        """The y of the value 0 (the x axis)."""
-        return self.y0 + self.h
-
-    def y(self, v: float) -> float:
-        """The y of the value ``v``."""
-        return self.y0 + self.h - self.h * v / self.ymax
-
-
-def _svg_title(x0: float, y0: float, w: float, text: str) -> str:
-    """A panel's title, centred over it; ``text`` is markup (already escaped)."""
-    return f'<text x="{x0 + w / 2:.1f}" y="{y0 + 15:.1f}" class="pt" text-anchor="middle">{text}</text>'
+    def slots(self, n: int) -> Scale:
+        """The x of the middle of each of ``n`` equal slots across the plot (slot 0 leftmost)."""
+        return Scale(-0.5, n - 0.5, self.x0, self.x0 + self.w)
 
 
-def _svg_grid(plot: _Plot, ticks: Sequence[float]) -> list[str]:
-    """A grid line and a label on the y axis per tick."""
-    out = []
-    for v in ticks:
+def _svg_frame(plot: _Plot, title: str) -> list[str]:
+    """A panel's title (markup, already escaped) centred over it, its grid with a label per tick and the y axis
+    title."""
+    mid, left, right = (plot.top + plot.bottom) / 2, coord(plot.x0), coord(plot.x0 + plot.w)
+    out = [f'<text x="{coord((plot.panel.x0 + plot.panel.x1) / 2)}" y="{coord(plot.panel.y0 + 15)}" class="pt" '
+           f'text-anchor="middle">{title}</text>']
+    for v, label in zip(plot.ticks, tick_labels(plot.ticks), strict=True):
         y = plot.y(v)
-        out.append(f'<line x1="{plot.x0:.1f}" y1="{y:.1f}" x2="{plot.x0 + plot.w:.1f}" y2="{y:.1f}" class="grid"/>')
-        out.append(f'<text x="{plot.x0 - 4:.1f}" y="{y + 3.5:.1f}" class="tick" text-anchor="end">{v:g}</text>')
+        out.append(f'<line x1="{left}" y1="{coord(y)}" x2="{right}" y2="{coord(y)}" class="grid"/>')
+        out.append(f'<text x="{coord(plot.x0 - 4)}" y="{coord(y + 3.5)}" class="tick" text-anchor="end">{label}</text>')
+    x = coord(plot.panel.x0 + 11)
+    out.append(f'<text x="{x}" y="{coord(mid)}" class="tick" text-anchor="middle" '
+               f'transform="rotate(-90 {x} {coord(mid)})">ms</text>')
     return out
 
 
-def _svg_x_label(x: float, plot: _Plot, text: str, n: int) -> str:
-    """A label under the x axis at ``x``: ``text`` cut to ``n`` characters."""
-    label = escape(_trim(text, n))
-    return f'<text x="{x:.1f}" y="{plot.bottom + 15:.1f}" class="tick" text-anchor="middle">{label}</text>'
-
-
 def _svg_axis(plot: _Plot) -> str:
-    """The x axis."""
-    y = plot.bottom
-    return f'<line x1="{plot.x0:.1f}" y1="{y:.1f}" x2="{plot.x0 + plot.w:.1f}" y2="{y:.1f}" class="axis"/>'
+    """The x axis (drawn over the bars' feet)."""
+    y = coord(plot.bottom)
+    return f'<line x1="{coord(plot.x0)}" y1="{y}" x2="{coord(plot.x0 + plot.w)}" y2="{y}" class="axis"/>'
+
+
+def _svg_text(placer: Placer, area: Box, text: str, spots: Sequence[tuple[float, float]], cls: str) -> list[str]:
+    """``text`` centred at the first of ``spots`` (x, baseline y) where it lies inside ``area`` clear of every label
+    ``placer`` placed; nothing where none is (what it labels keeps its tooltip)."""
+    spot = placer.place(text, [(x, y, "middle") for x, y in spots], area)
+    if spot is None:
+        return []
+    x, y, _ = spot
+    return [f'<text x="{coord(x)}" y="{coord(y)}" class="{cls}" text-anchor="middle">{esc(text)}</text>']
+
+
+def _svg_x_label(plot: _Plot, placer: Placer, x: float, text: str) -> list[str]:
+    """A label under the x axis at ``x``, on the first row or, clear of its neighbours, the second."""
+    area = Box(plot.panel.x0, plot.bottom, plot.panel.x1, plot.panel.y1)
+    return _svg_text(placer, area, text, [(x, plot.bottom + 15), (x, plot.bottom + 28)], "tick")
 
 
 def _svg_whisker(plot: _Plot, cx: float, stats: Statistics) -> list[str]:
     """The whisker p5..p95 of a bar centred at ``cx`` (nothing where either is not a number)."""
     if not (finite(stats.p5) and finite(stats.p95)):
         return []
-    ylo, yhi = plot.y(stats.p5), plot.y(stats.p95)
+    ylo, yhi, x = plot.y(stats.p5), plot.y(stats.p95), coord(cx)
     caps = [
-        f'<line x1="{cx - 6:.1f}" y1="{y:.1f}" x2="{cx + 6:.1f}" y2="{y:.1f}" class="whisker"/>' for y in (ylo, yhi)
+        f'<line x1="{coord(cx - 6)}" y1="{coord(y)}" x2="{coord(cx + 6)}" y2="{coord(y)}" class="whisker"/>'
+        for y in (ylo, yhi)
     ]
-    return [f'<line x1="{cx:.1f}" y1="{ylo:.1f}" x2="{cx:.1f}" y2="{yhi:.1f}" class="whisker"/>', *caps]
+    return [f'<line x1="{x}" y1="{coord(ylo)}" x2="{x}" y2="{coord(yhi)}" class="whisker"/>', *caps]
 
 
 def _bar_tip(mode: str, key: str, stats: Statistics) -> str:
@@ -168,20 +195,22 @@ def _bar_tip(mode: str, key: str, stats: Statistics) -> str:
     )
 
 
-def _svg_bar(plot: _Plot, cx: float, bw: float, color: str, row: MeasurementRecord) -> list[str]:
-    """One mode's bar centred at ``cx``, ``bw`` wide: the median, its whisker, its value and the mode under it."""
+def _svg_bar(plot: _Plot, placer: Placer, cx: float, bw: float, row: MeasurementRecord, color: str) -> list[str]:
+    """One mode's bar centred at ``cx``, ``bw`` wide: the median, its whisker, its value over it and the mode under
+    it (each label where it is clear of the others)."""
     stats = row.statistics
     med = _or_zero(stats.median)
     yv = plot.y(med)
     out = [
-        f'<rect x="{cx - bw / 2:.1f}" y="{yv:.1f}" width="{bw:.1f}" height="{plot.bottom - yv:.1f}" '
-        f'fill="{color}" class="bar"><title>{escape(_bar_tip(row.mode, row.key, stats))}</title></rect>'
+        f'<rect x="{coord(cx - bw / 2)}" y="{coord(yv)}" width="{coord(bw)}" height="{coord(plot.bottom - yv)}" '
+        f'fill="{esc(color)}" class="bar">{tooltip(_bar_tip(row.mode, row.key, stats))}</rect>'
     ]
     whisker = _svg_whisker(plot, cx, stats)
     label_y = (min(yv, plot.y(stats.p95)) if whisker else yv) - 4
     out += whisker
-    out.append(f'<text x="{cx:.1f}" y="{label_y:.1f}" class="val" text-anchor="middle">{format_ms(med, 3)}</text>')
-    out.append(_svg_x_label(cx, plot, row.mode, 14))
+    above = Box(plot.panel.x0, plot.top - 4, plot.panel.x1, plot.bottom)
+    out += _svg_text(placer, above, format_ms(med, 3), [(cx, label_y)], "val")
+    out += _svg_x_label(plot, placer, cx, _trim(row.mode, 14))
     return out
 
 
@@ -195,20 +224,15 @@ def _bars_top(rows: Sequence[MeasurementRecord]) -> float:
     return max((max(_or_zero(r.statistics.p95), _or_zero(r.median)) for r in rows), default=0.0)
 
 
-def _svg_bars(group: Group, key: str, x0: float, y0: float, w: float, h: float) -> list[str]:
-    """One panel: a bar per mode (median) with a whisker p5..p95."""
+def _svg_bars(group: Group, key: str, x0: float, y0: float) -> list[str]:
+    """One panel at ``(x0, y0)``: a bar per mode (median) with a whisker p5..p95."""
     rows = _present(group, key)
-    ticks = _ticks(_bars_top(rows) * 1.08)
-    plot = _Plot.inside(x0, y0, w, h, ticks[-1])
-    out = [_svg_title(x0, y0, w, escape(_trim(key, 48))), *_svg_grid(plot, ticks)]
-    out.append(
-        f'<text x="{x0 + 11:.1f}" y="{plot.y0 + plot.h / 2:.1f}" class="tick" text-anchor="middle" '
-        f'transform="rotate(-90 {x0 + 11:.1f} {plot.y0 + plot.h / 2:.1f})">ms</text>'
-    )
-    slot = plot.w / max(len(rows), 1)
-    bw = min(56.0, slot * 0.6)
+    plot = _Plot.inside(x0, y0, _bars_top(rows))
+    out, placer = _svg_frame(plot, esc(_trim(key, 48))), Placer()
+    slot = plot.slots(len(rows))
+    bw = min(56.0, plot.w / max(len(rows), 1) * 0.6)
     for i, r in enumerate(rows):
-        out += _svg_bar(plot, plot.x0 + slot * (i + 0.5), bw, mode_color(r.mode, group.modes), r)
+        out += _svg_bar(plot, placer, slot(i), bw, r, mode_color(r.mode, group.modes))
     out.append(_svg_axis(plot))
     return out
 
@@ -225,59 +249,63 @@ def _trend_labels(series: Mapping[str, Sequence[TrendPoint]]) -> list[str]:
 
 
 def _svg_trend_line(
-    plot: _Plot, xs: Mapping[str, float], mode: str, key: str, color: str, pts: Sequence[TrendPoint]
+    plot: _Plot, xs: Mapping[str, float], mode: str, key: str, style: ModeStyle, pts: Sequence[TrendPoint]
 ) -> list[str]:
-    """One mode's line through its medians, a dot with a tooltip per point."""
+    """One mode's line through its medians (its colour and dash pattern), its marker with a tooltip per point."""
     coords = [(xs[p.label], plot.y(p.median), p) for p in pts]
-    path = " ".join(f"{x:.1f},{y:.1f}" for x, y, _ in coords)
-    dash = mode_style(mode).dash
-    dashed = f' stroke-dasharray="{dash}"' if dash else ""
-    out = [f'<polyline points="{path}" fill="none" stroke="{color}" stroke-width="2"{dashed}/>']
+    path = " ".join(f"{coord(x)},{coord(y)}" for x, y, _ in coords)
+    colour = esc(style.colour)
+    out = [f'<polyline points="{path}" fill="none" stroke="{colour}" stroke-width="2"{dash_attr(style.dash)}/>']
     for x, y, p in coords:
         tip = f"{mode} {key} in {p.label} ({p.created}): median {format_ms(p.median)} ms, n={p.n}"
-        out.append(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="3.5" fill="{color}"><title>{escape(tip)}</title></circle>')
+        out.append(marker(style.shape, x, y, 3.5, mark_paint(style.shape, colour), tip))
     return out
 
 
-def _svg_trend(group: Group, key: str, trends: Trends, x0: float, y0: float, w: float, h: float) -> list[str]:
-    """One panel: the median in each saved baseline (oldest first) and in this run, a line per mode."""
+def _svg_trend(group: Group, key: str, trends: Trends, x0: float, y0: float) -> list[str]:
+    """One panel at ``(x0, y0)``: the median in each saved baseline (oldest first) and in this run, a line per
+    mode."""
     series = _trend_series(group, key, trends)
     labels = _trend_labels(series)
-    ticks = _ticks(max((p.median for pts in series.values() for p in pts), default=0.0) * 1.08)
-    plot = _Plot.inside(x0, y0, w, h, ticks[-1])
-    out = [_svg_title(x0, y0, w, f"{escape(_trim(key, 36))}: median per baseline"), *_svg_grid(plot, ticks)]
-    step = plot.w / max(len(labels), 1)
-    xs = {lab: plot.x0 + step * (i + 0.5) for i, lab in enumerate(labels)}
-    out += [_svg_x_label(x, plot, lab, 20) for lab, x in xs.items()]
+    plot = _Plot.inside(x0, y0, max((p.median for pts in series.values() for p in pts), default=0.0))
+    out, placer = _svg_frame(plot, f"{esc(_trim(key, 36))}: median per baseline"), Placer()
+    slot = plot.slots(len(labels))
+    xs = {lab: slot(i) for i, lab in enumerate(labels)}
+    for lab, x in xs.items():
+        out += _svg_x_label(plot, placer, x, _trim(lab, 20))
     for mode, pts in series.items():
-        out += _svg_trend_line(plot, xs, mode, key, mode_color(mode, group.modes), pts)
+        out += _svg_trend_line(plot, xs, mode, key, mode_style(mode, group.modes), pts)
     out.append(_svg_axis(plot))
     return out
 
 
+def _svg_legend(modes: Sequence[str], width: float) -> tuple[list[str], float]:
+    """A square of its colour and the name of each mode, in as many rows as ``width`` needs; the legend's height."""
+    flow, out = Flow(8.0, 16.0, _LEGEND_ROW, width - 8), []
+    for mode in modes:
+        x, y = flow.at(24 + text_width(mode))
+        colour = esc(mode_color(mode, modes))
+        out.append(f'<rect x="{coord(x)}" y="{y - 10:g}" width="12" height="12" fill="{colour}"/>')
+        out.append(f'<text x="{coord(x + 16)}" y="{y:g}" class="tick">{esc(mode)}</text>')
+    return out, flow.y + 8
+
+
 def _svg_chart(group: Group, trends: Trends) -> str:
+    """The chart as an inline ``<svg>`` in :func:`~pytest_jetmem.draw.svg.frame`: the legend, a row of bar panels
+    (one per measurement) and, where there are trends, a row of trend panels under it."""
     keys = group.keys
     trend_keys = [k for k in keys if has_trend(group, k, trends)]
-    pw, ph = 320.0, 230.0
-    cols = max(len(keys), len(trend_keys), 1)
-    width = pw * cols
-    legend_h = 24.0
-    height = legend_h + ph * (2 if trend_keys else 1)
-    parts = [
-        f'<svg class="chart" role="img" viewBox="0 0 {width:.0f} {height:.0f}" width="{width:.0f}" '
-        f'height="{height:.0f}" aria-label="{escape("timings of " + group.name)}">',
-        "<style>.pt{font:bold 12px sans-serif}.tick,.val{font:11px sans-serif;fill:#333}"
-        ".grid{stroke:#e3e3e3}.axis{stroke:#444}.whisker{stroke:#222;stroke-width:1.5}</style>",
-    ]
-    lx = 8.0
-    for mode in group.modes:
-        parts.append(f'<rect x="{lx:.1f}" y="6" width="12" height="12" fill="{mode_color(mode, group.modes)}"/>')
-        parts.append(f'<text x="{lx + 16:.1f}" y="16" class="tick">{escape(mode)}</text>')
-        lx += 24 + 7 * len(mode)
+    width = _PANEL_W * max(len(keys), len(trend_keys), 1)
+    legend, legend_h = _svg_legend(group.modes, width)
+    height = legend_h + _PANEL_H * (2 if trend_keys else 1)
+    desc = "Bars: the median of each mode per measurement, whiskers from p5 to p95." + (
+        " Lines: the median of each mode in each saved baseline, oldest first, and in this run." if trend_keys else "")
+    parts = [frame(width, height, title=f"timings of {group.name}", desc=desc, ident=f"{group.anchor}-chart"),
+             _STYLE, *legend]
     for i, key in enumerate(keys):
-        parts.extend(_svg_bars(group, key, pw * i, legend_h, pw, ph))
+        parts.extend(_svg_bars(group, key, _PANEL_W * i, legend_h))
     for i, key in enumerate(trend_keys):
-        parts.extend(_svg_trend(group, key, trends, pw * i, legend_h + ph, pw, ph))
+        parts.extend(_svg_trend(group, key, trends, _PANEL_W * i, legend_h + _PANEL_H))
     parts.append("</svg>")
     return "\n".join(parts)
 

@@ -5,7 +5,8 @@ reports (one :class:`~pytest_jetmem.measure.record.MeasurementRecord` per test, 
 :func:`write_report` at the end of the session.
 
 The page holds everything inline (CSS, a few lines of JS to sort the table, the charts as inline SVG or as
-base64 PNG) and loads nothing from the network: it opens from a CI artifact, an e-mail or a file share.
+base64 PNG) and loads nothing from the network: it opens from a CI artifact, an e-mail or a file share. Its frame
+and its escaping rule are :mod:`pytest_jetmem.draw.page`'s, as the history site's are.
 
 - One table of every row: test, mode, measurement, median, MAD, p5..p95, n, the ratio to the reference mode,
   the first call, the change against the compared baseline and the verdict.
@@ -27,9 +28,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from pytest_jetmem.atomic import write_atomic
+from pytest_jetmem.draw.page import Markup, esc, join, mode_swatch, page
 from pytest_jetmem.measure.advice import Advice, RuleVerdict, SessionAdvice, advice_header, advice_lines
 from pytest_jetmem.measure.record import BaselineComparison, MeasurementRecord
-from pytest_jetmem.report.charts import NO_MATPLOTLIB_NOTE, chart_backend, draw_chart, escape, format_ms, mode_color
+from pytest_jetmem.report.charts import NO_MATPLOTLIB_NOTE, chart_backend, draw_chart, format_ms
 from pytest_jetmem.report.rows import (
     REFERENCE_MODE,
     Group,
@@ -84,20 +86,15 @@ def _verdict_class(verdict: str) -> str:
 
 
 # -- the page ------------------------------------------------------------------------------------------
+#: The report's own rules, after the frame's (:data:`~pytest_jetmem.draw.page.BASE_CSS`).
 _CSS = """
-body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:24px;color:#1b1b1b;background:#fff}
-h1{font-size:22px;margin:0 0 4px}h2{font-size:18px;margin:28px 0 8px}h3{font-size:15px;margin:22px 0 6px;
-word-break:break-all}
+body{margin:24px}h1{margin:0 0 4px}h3{word-break:break-all}
 .meta{color:#555;margin:0 0 12px}.note{background:#fff8e1;border-left:4px solid #f0b400;padding:6px 10px;margin:8px 0}
-table{border-collapse:collapse;margin:6px 0;font-size:13px}
-th,td{border:1px solid #d7d7d7;padding:3px 6px;text-align:left;vertical-align:top}
-th{background:#f2f4f7;cursor:pointer;user-select:none;white-space:nowrap}
-td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
-td.test{white-space:nowrap}.wide{overflow-x:auto}td.nw{white-space:nowrap}
+table{margin:6px 0;font-size:13px}th{cursor:pointer;user-select:none;white-space:nowrap}
+td.num{white-space:nowrap}td.test{white-space:nowrap}.wide{overflow-x:auto}
 .caption{color:#555;font-size:12px;margin:2px 0 0}tr:nth-child(even) td{background:#fafbfc}
 .ok{color:#17692b;font-weight:600}.worse{color:#b35900;font-weight:600}.better{color:#17692b}.fail{color:#b00020;font-weight:700}.info{color:#555}
-.mode{display:inline-block;width:10px;height:10px;border-radius:2px;margin-right:5px}
-.chart{max-width:100%;height:auto;border:1px solid #eee;background:#fff}
+.chart{border:1px solid #eee;background:#fff}
 .machine td:first-child{color:#555}.footnote{color:#555;font-size:12px}
 """
 
@@ -139,9 +136,14 @@ def _item_name(nodeid: str) -> str:
     return "::".join(parts[1:]) if len(parts) > 1 else str(nodeid)
 
 
-def _num_td(text: str, value: float | None, extra_class: str = "") -> str:
-    v = f' data-v="{value!r}"' if value is not None and math.isfinite(value) else ' data-v=""'
-    return f'<td class="num{" " + extra_class if extra_class else ""}"{v}>{escape(text)}</td>'
+def _sort_value(value: float | None) -> str:
+    """A cell's ``data-v``: ``repr`` of a finite number, else ``""``."""
+    return repr(value) if value is not None and math.isfinite(value) else ""
+
+
+def _num_td(text: str, value: float | None, extra_class: str = "") -> Markup:
+    cls = f"num {extra_class}" if extra_class else "num"
+    return Markup(f'<td class="{esc(cls)}" data-v="{esc(_sort_value(value))}">{esc(text)}</td>')
 
 
 def _baseline_class(row: MeasurementRecord) -> str:
@@ -155,61 +157,55 @@ def _finite_or_none(x: float | None) -> float | None:
     return x if finite(x) else None
 
 
-def _figure_cells(r: MeasurementRecord) -> str:
+def _figure_cells(r: MeasurementRecord) -> list[Markup]:
     """The median, MAD, p5..p95 and n cells of a row."""
     stats = r.statistics
     spread = f"{format_ms(stats.p5)}..{format_ms(stats.p95)}" if finite(stats.p5) else ""
-    return (
-        _num_td(format_ms(stats.median), _finite_or_none(stats.median))
-        + _num_td(format_ms(stats.mad, 2), _finite_or_none(stats.mad))
-        + _num_td(spread, _finite_or_none(stats.p5))
-        + _num_td(str(stats.n), stats.n)
-    )
+    return [
+        _num_td(format_ms(stats.median), _finite_or_none(stats.median)),
+        _num_td(format_ms(stats.mad, 2), _finite_or_none(stats.mad)),
+        _num_td(spread, _finite_or_none(stats.p5)),
+        _num_td(str(stats.n), stats.n),
+    ]
 
 
-def _ratio_td(r: MeasurementRecord, g: Group) -> str:
+def _ratio_td(r: MeasurementRecord, g: Group) -> Markup:
     """The cell of the ratio to the reference mode (see :func:`_ratio_cell`)."""
     text, value, title = _ratio_cell(r, g)
     sort = "" if value is None else repr(value)
-    return f'<td class="num" data-v="{sort}" title="{escape(title)}">{escape(text)}</td>'
+    return Markup(f'<td class="num" data-v="{esc(sort)}" title="{esc(title)}">{esc(text)}</td>')
 
 
-def _counters_td(r: MeasurementRecord) -> str:
+def _counters_td(r: MeasurementRecord) -> Markup:
     """The unified-memory counters' cell (empty where the row was not counted)."""
-    return f"<td>{escape(r.counters.summary() if r.counters is not None else '')}</td>"
+    return Markup(f"<td>{esc(r.counters.summary() if r.counters is not None else '')}</td>")
 
 
-def _table_row(r: MeasurementRecord, g: Group, counted: bool) -> str:
+def _table_row(r: MeasurementRecord, g: Group, counted: bool) -> Markup:
     """One ``<tr>`` of the table: the row ``r`` of test ``g``; ``counted``: with the counters' column."""
     base_text, base_v = _baseline_cell(r)
     verdict = r.verdict.value
     first = r.statistics.first_call_ms
-    return (
-        "<tr>"
-        f'<td class="test" title="{escape(r.nodeid)}">'
-        f'<a href="#{g.anchor}">{escape(_item_name(r.nodeid))}</a></td>'
-        f'<td class="nw"><span class="mode" style="background:{mode_color(r.mode, g.modes)}"></span>'
-        f"{escape(r.mode)}</td>"
-        f'<td class="nw">{escape(r.key)}</td>'
-        + _figure_cells(r)
-        + _ratio_td(r, g)
-        + _num_td(format_ms(first), _finite_or_none(first))
-        + _num_td(base_text, base_v, _baseline_class(r))
-        + f'<td class="{_verdict_class(verdict)}">{escape(verdict)}</td>'
-        + (_counters_td(r) if counted else "")
-        + "</tr>"
-    )
+    return join([
+        Markup(f'<tr><td class="test" title="{esc(r.nodeid)}"><a href="#{esc(g.anchor)}">'
+               f"{esc(_item_name(r.nodeid))}</a></td>"
+               f'<td class="nw">{esc(mode_swatch(r.mode, g.modes))}{esc(r.mode)}</td><td class="nw">{esc(r.key)}</td>'),
+        *_figure_cells(r),
+        _ratio_td(r, g),
+        _num_td(format_ms(first), _finite_or_none(first)),
+        _num_td(base_text, base_v, _baseline_class(r)),
+        Markup(f'<td class="{esc(_verdict_class(verdict))}">{esc(verdict)}</td>'),
+        *((_counters_td(r),) if counted else ()),
+        Markup("</tr>"),
+    ])
 
 
-def _table(groups: Sequence[Group]) -> str:
+def _table(groups: Sequence[Group]) -> Markup:
     counted = any(r.counters is not None for g in groups for r in g.rows)  # no column where nothing was counted
-    head = "".join(f"<th>{escape(c)}</th>" for c in (*_COLUMNS, *(("unified memory",) if counted else ())))
-    body = [_table_row(r, g, counted) for g in groups for r in g.rows]
-    return (
-        f'<div class="wide"><table class="sortable" id="rows"><thead><tr>{head}</tr></thead><tbody>\n'
-        + "\n".join(body)
-        + "\n</tbody></table></div>"
-    )
+    head = join(Markup(f"<th>{esc(c)}</th>") for c in (*_COLUMNS, *(("unified memory",) if counted else ())))
+    body = join((_table_row(r, g, counted) for g in groups for r in g.rows), "\n")
+    return Markup(f'<div class="wide"><table class="sortable" id="rows"><thead><tr>{esc(head)}</tr></thead><tbody>\n'
+                  f"{esc(body)}\n</tbody></table></div>")
 
 
 def _caption(group: Group, trends: Trends) -> str:
@@ -219,22 +215,23 @@ def _caption(group: Group, trends: Trends) -> str:
     return text
 
 
-def _machine_table(machine: Mapping[str, object] | None) -> str:
+def _machine_table(machine: Mapping[str, object] | None) -> Markup:
     if not machine:
-        return '<p class="meta">machine: not known (no GPU was opened)</p>'
-    cells = "".join(
-        f"<tr><td>{escape(k)}</td><td>{escape(v)}</td></tr>" for k, v in machine.items() if v is not None and v != ""
+        return Markup('<p class="meta">machine: not known (no GPU was opened)</p>')
+    cells = join(
+        Markup(f"<tr><td>{esc(k)}</td><td>{esc(v)}</td></tr>") for k, v in machine.items() if v is not None and v != ""
     )
-    return f'<table class="machine"><tbody>{cells}</tbody></table>'
+    return Markup(f'<table class="machine"><tbody>{esc(cells)}</tbody></table>')
 
 
-def _advice_paragraph(line: str, verdict_class: str) -> str:
+def _advice_paragraph(line: str, verdict_class: str) -> Markup:
     """One line of an advice block as a paragraph; the note's verdict in its class (ok, worse or info)."""
-    css = verdict_class if line.startswith("the note") else ""
-    return f'<p class="{css}">{escape(line)}</p>' if css else f"<p>{escape(line)}</p>"
+    if line.startswith("the note") and verdict_class:
+        return Markup(f'<p class="{esc(verdict_class)}">{esc(line)}</p>')
+    return Markup(f"<p>{esc(line)}</p>")
 
 
-def _advice_block(a: Advice) -> str:
+def _advice_block(a: Advice) -> Markup:
     """One test's advice: the pick or "no clear winner", the other modes, the reasons, the note's verdict."""
     lines = advice_lines(a, indent="", rule_text=False)
     head, rest = lines[0], lines[1:]
@@ -242,65 +239,59 @@ def _advice_block(a: Advice) -> str:
     others = [ln for ln in rest if not ln.startswith("  - ") and ln != "why:"]
     verdict_class = {RuleVerdict.AGREES: "ok", RuleVerdict.DISAGREES: "worse"}.get(a.rule.verdict, "info")
     out = [
-        f'<section class="advice"><h3>{escape(a.test)} <span class="info">{escape(a.key)}</span></h3>',
-        f'<p class="{"ok" if a.pick else "info"}">{escape(head)}</p>',
+        Markup(f'<section class="advice"><h3>{esc(a.test)} <span class="info">{esc(a.key)}</span></h3>'),
+        Markup(f'<p class="{"ok" if a.pick else "info"}">{esc(head)}</p>'),
         *(_advice_paragraph(line, verdict_class) for line in others),
     ]
     if items:
-        out.append("<ul>" + "".join(f"<li>{escape(i)}</li>" for i in items) + "</ul>")
-    out.append("</section>")
-    return "\n".join(out)
+        out.append(Markup(f"<ul>{esc(join(Markup(f'<li>{esc(i)}</li>') for i in items))}</ul>"))
+    out.append(Markup("</section>"))
+    return join(out, "\n")
 
 
-def _advice_section(advice: SessionAdvice) -> list[str]:
+def _advice_section(advice: SessionAdvice) -> list[Markup]:
     """The page's advice: the device and the note's rule once, then one block per test and measurement."""
-    out = ["<h2>Advice</h2>"]
+    out = [Markup("<h2>Advice</h2>")]
     for line in advice_header(advice):  # the note's address as text: the page holds no URL a browser would follow
-        out.append(f'<p class="meta">{escape(line.replace("https://", ""))}</p>')
+        out.append(Markup(f'<p class="meta">{esc(line.replace("https://", ""))}</p>'))
     out.extend(_advice_block(a) for a in advice.advice)
     return out
 
 
-_FOOTNOTE = (
+_FOOTNOTE = Markup(
     '<p class="footnote">Ratios with an asterisk are the median over the <code>device</code> median of the '
     "same test and measurement, timed one after the other; ratios without one were measured side by side "
     "(interleaved) by <code>memmode_runtime(max_ratio=..., relative_to=...)</code>. Click a column to sort.</p>"
 )
 
 
-def _page_head(title: str, groups: Sequence[Group], rows: Sequence[MeasurementRecord], stamp: str) -> list[str]:
-    """The page up to its notes: the document head, the title and the counts."""
+def _page_top(title: str, groups: Sequence[Group], rows: Sequence[MeasurementRecord], stamp: str) -> list[Markup]:
+    """The page up to its notes: the title and the counts."""
     n_fail = sum(1 for r in rows if r.verdict.failed)
     return [
-        "<!DOCTYPE html>",
-        '<html lang="en"><head><meta charset="utf-8">',
-        '<meta name="viewport" content="width=device-width, initial-scale=1">',
-        f"<title>{escape(title)}</title>",
-        f"<style>{_CSS}</style>",
-        "</head><body>",
-        f"<h1>{escape(title)}</h1>",
-        f'<p class="meta">{len(groups)} tests, {len(rows)} measurements, {n_fail} failed runtime checks; '
-        f"written {escape(stamp)} (UTC). Times in milliseconds: medians of the samples after warm-up; the first "
-        "call is kept apart.</p>",
+        Markup(f"<h1>{esc(title)}</h1>"),
+        Markup(f'<p class="meta">{len(groups):d} tests, {len(rows):d} measurements, {n_fail:d} failed runtime checks; '
+               f"written {esc(stamp)} (UTC). Times in milliseconds: medians of the samples after warm-up; the first "
+               "call is kept apart.</p>"),
     ]
 
 
-def _chart_section(group: Group, trends: Trends, backend: str) -> list[str]:
+def _chart_section(group: Group, trends: Trends, backend: str) -> list[Markup]:
     """One test's chart, under its name, with its caption."""
     return [
-        f'<section id="{group.anchor}" class="test-chart"><h3>{escape(group.name)}</h3>',
-        draw_chart(group, trends, backend),
-        f'<p class="caption">{escape(_caption(group, trends))}</p>',
-        "</section>",
+        Markup(f'<section id="{esc(group.anchor)}" class="test-chart"><h3>{esc(group.name)}</h3>'),
+        Markup(draw_chart(group, trends, backend)),
+        Markup(f'<p class="caption">{esc(_caption(group, trends))}</p>'),
+        Markup("</section>"),
     ]
 
 
-def _measurements(groups: Sequence[Group], trends: Trends, backend: str, advice: SessionAdvice | None) -> list[str]:
+def _measurements(groups: Sequence[Group], trends: Trends, backend: str, advice: SessionAdvice | None) -> list[Markup]:
     """The table of every row, its footnote, the advice (where there is some) and the charts."""
     out = [_table(groups), _FOOTNOTE]
     if advice is not None and advice.advice:
         out.extend(_advice_section(advice))
-    out.append("<h2>Charts</h2>")
+    out.append(Markup("<h2>Charts</h2>"))
     for g in groups:
         out.extend(_chart_section(g, trends, backend))
     return out
@@ -317,23 +308,23 @@ def render_html(
     created: str | None = None,
     advice: SessionAdvice | None = None,
 ) -> str:
-    """The report page. ``charts``: ``"auto"`` (matplotlib when installed, else SVG), ``"matplotlib"``, ``"svg"``;
-    ``advice``: the "Advice" section (which mode to pick for each test measured in two or more modes), if any."""
+    """The report page (in the frame of :func:`pytest_jetmem.draw.page.page`). ``charts``: ``"auto"`` (matplotlib
+    when installed, else SVG), ``"matplotlib"``, ``"svg"``; ``advice``: the "Advice" section (which mode to pick for
+    each test measured in two or more modes), if any."""
     backend = chart_backend(charts)
     trends = trends or Trends()
     groups = group_rows(rows)
     all_notes = [*notes, *trends.notes]
     if backend == "svg" and groups:
         all_notes.insert(0, NO_MATPLOTLIB_NOTE)
-    out = _page_head(title, groups, rows, created or utc_now())
-    out.extend(f'<p class="note">{escape(n)}</p>' for n in all_notes)
-    out += ["<h2>Machine</h2>", _machine_table(machine), "<h2>Measurements</h2>"]
+    out = _page_top(title, groups, rows, created or utc_now())
+    out.extend(Markup(f'<p class="note">{esc(n)}</p>') for n in all_notes)
+    out += [Markup("<h2>Machine</h2>"), _machine_table(machine), Markup("<h2>Measurements</h2>")]
     if rows:
         out.extend(_measurements(groups, trends, backend, advice))
     else:
-        out.append('<p class="note">No test recorded a measurement (jetmem.measure) in this session.</p>')
-    out += [f"<script>{_JS}</script>", "</body></html>"]
-    return "\n".join(out) + "\n"
+        out.append(Markup('<p class="note">No test recorded a measurement (jetmem.measure) in this session.</p>'))
+    return page(title, out, generator="pytest-jetmem --jetmem-report", css=_CSS, script=_JS)
 
 
 # -- writing -------------------------------------------------------------------------------------------
