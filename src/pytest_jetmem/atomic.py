@@ -3,6 +3,9 @@
 A reader sees the old file or the new one, never a part: the data goes to a temporary sibling, is flushed
 and fsynced, made readable (0644, not mkstemp's 0600) and renamed over the target with ``os.replace``.
 On any failure the temporary file is removed and the error propagates.
+
+Hand-written, not atomicwrites: that library is archived (last release 1.4.1, 2022), and its ``NamedTemporaryFile``
+leaves the file at mode 0600; these few lines of the stdlib are its whole job.
 """
 
 from __future__ import annotations

@@ -1,4 +1,8 @@
-"""Small value checks shared by the readers of JSON files (baselines, machine records)."""
+"""Small value checks shared by the readers of JSON files (baselines, machine records).
+
+Hand-written, not jsonschema: the files have no schema document, and jsonschema would bring attrs, referencing and
+rpds-py (a Rust extension) onto Jetson images, for three checks whose messages say the key, value and expectation.
+"""
 
 from __future__ import annotations
 

@@ -12,6 +12,7 @@ import json
 import shutil
 import sys
 import xml.etree.ElementTree as ET
+from pathlib import Path
 
 import pytest
 
@@ -37,15 +38,22 @@ def project(pytester: pytest.Pytester) -> pytest.Pytester:
 
 
 @pytest.mark.parametrize("xdist", [[], ["-n", "2"]], ids=["serial", "xdist"])
-def test_against_children_leave_every_report_to_the_parent(project: pytest.Pytester, xdist: list[str]) -> None:
+def test_against_children_leave_every_report_to_the_parent(
+    project: pytest.Pytester, xdist: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Each report lists each test once; every child session saw a workerinput naming it, and the conftest's
-    ``pytest_pyfunc_call`` wrapper ran once per test in the parent."""
+    ``pytest_pyfunc_call`` wrapper ran once per test in the parent; the pairs' folders (the base tree, the
+    children's logs) are gone at the end, on xdist workers too."""
     pytest.importorskip("pytest_jsonreport")
     pytest.importorskip("pytest_html")
     if xdist:
         pytest.importorskip("xdist")
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(temp))
     result = project.runpytest_subprocess("--jetmem-against=HEAD", *OUTPUTS, *xdist)
     check_against_run(project, result, bool(xdist))
+    assert sorted(p.name for p in temp.glob("jetmem-*")) == []
 
 
 def test_concurrency_child_leaves_the_json_report_to_the_parent(pytester: pytest.Pytester) -> None:

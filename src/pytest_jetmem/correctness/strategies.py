@@ -67,8 +67,10 @@ def shapes(
     """An array shape of ``min_dims..max_dims`` sides of ``min_side..max_side``, at most ``max_size`` elements."""
     if not 0 <= min_dims <= max_dims or not 0 <= min_side <= max_side or max_size < 0:
         raise ValueError(f"shapes: bad bounds {min_dims=}, {max_dims=}, {min_side=}, {max_side=}, {max_size=}")
-    side = st.integers(min_side, max_side)
-    return st.lists(side, min_size=min_dims, max_size=max_dims).map(tuple).filter(lambda s: _size(s) <= max_size)
+    from hypothesis.extra.numpy import array_shapes
+
+    drawn = array_shapes(min_dims=min_dims, max_dims=max_dims, min_side=min_side, max_side=max_side)
+    return drawn.filter(lambda s: _size(s) <= max_size)
 
 
 def sizes(max_size: int = 1 << 14, min_size: int = 0) -> st.SearchStrategy[int]:

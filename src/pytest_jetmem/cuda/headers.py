@@ -3,6 +3,9 @@
 :func:`pytest_jetmem.cuda.driver.find_cuda_headers` gathers the places (``cuda.pathfinder``'s first, then the
 toolkits') and :func:`choose_headers` picks, per component, the first that holds its marker header. Nothing here
 imports ``cuda``.
+
+Hand-written, not cuda.pathfinder alone: the cuda-bindings this package allows (12.6 on) may come without it, or with
+one older than its CUDA header search (1.2.3); and every place looked at is said where no header is found.
 """
 
 from __future__ import annotations

@@ -3,6 +3,9 @@
 
 Nothing here imports ``cuda``: the driver module asks ``cuda.pathfinder`` first and calls :func:`load_toolkit_nvrtc`
 only where that failed; the library loaded here process-wide is then the one cuda-bindings finds already loaded.
+
+Hand-written, not cuda.pathfinder alone: pathfinder raises where the first NVRTC it finds does not load (the wheel's
+server build on L4T), and the cuda-bindings this package allows (12.6 on) may come without it.
 """
 
 from __future__ import annotations

@@ -2,6 +2,9 @@
 
 :func:`parse_signature` reads the parameters of ``__global__ ... name(...)`` (a template instantiated by a name
 expression such as ``saxpy<float>``); :mod:`pytest_jetmem.cuda.launch` packs launch arguments against them.
+
+Hand-written, not pycparser or libclang: pycparser reads C99 (no templates, no ``__global__``), libclang is a native
+library that needs the CUDA headers to parse a ``.cu``, and the driver's ``cuFuncGetParamInfo`` gives sizes only.
 """
 
 from __future__ import annotations

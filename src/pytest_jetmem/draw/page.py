@@ -11,6 +11,9 @@ through :func:`esc` too, so a plain string handed to them comes out as text, nev
 made only of a literal or an f-string whose every value is ``esc(...)`` or a number with a format spec
 (``tests/unit/test_draw_page.py`` checks the report's and the site's modules for it), or of a chart drawn by the
 package's drawing code. GPU-free and pytest-free; imports only the mode styles of the CUDA layer.
+
+Hand-written, not Jinja2: a sixth runtime dependency on Jetson images for markup built mostly in loops, and templates
+would leave mypy's and ruff's reach (docs/architecture.md, "Pages: one frame, one escaping rule, no template engine").
 """
 
 from __future__ import annotations

@@ -12,6 +12,9 @@
 - :func:`frame`: the accessible frame of a chart, ``<svg role="img">`` named by its ``<title>`` and ``<desc>``.
 
 Imports neither numpy (an array passed in is computed on as it is) nor pytest, nor the report or the history.
+
+Hand-written, not matplotlib (``MaxNLocator``, its SVG back end): matplotlib is the optional ``report`` extra, and
+its SVG draws text as glyph paths with no ``<title>`` per mark: a chart could be neither read aloud nor tested as text.
 """
 
 from __future__ import annotations

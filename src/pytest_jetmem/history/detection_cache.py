@@ -9,6 +9,9 @@ same code, bit for bit, and a series with a new session is a miss. It lives in o
 ``~/.cache/pytest-jetmem/history``, beside the kernel cache; ``off``: no cache); entries unused for
 :data:`KEEP_DAYS` days are dropped. It is only a cache: a folder that cannot be written, a damaged file or a locked
 one costs time, never a result (one line on standard error says so). GPU-free and pytest-free.
+
+Hand-written, not diskcache: a runtime dependency (last released in 2023) for one table of the stdlib's ``sqlite3``,
+and it pickles any value but a number, text or bytes, where this keeps JSON: a cache file never runs code when read.
 """
 
 from __future__ import annotations

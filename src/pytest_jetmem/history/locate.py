@@ -6,8 +6,11 @@ configuration file, a relative path being relative to the rootdir, and a bare ``
 The rootdir and its configuration file are found as pytest finds them when run with no arguments from the current
 folder (https://docs.pytest.org/en/stable/reference/customize.html#finding-the-rootdir): the first of
 ``pytest.ini``, ``.pytest.ini``, ``pyproject.toml`` (with a ``[tool.pytest.ini_options]`` or ``[tool.pytest]``
-table), ``tox.ini`` (``[pytest]``), ``setup.cfg`` (``[tool:pytest]``) in the folder or one above it. pytest's own
-finder (``_pytest.config.findpaths``) is private, so these lines follow its documented rules. GPU- and pytest-free.
+table), ``tox.ini`` (``[pytest]``), ``setup.cfg`` (``[tool:pytest]``) in the folder or one above it. GPU- and
+pytest-free.
+
+Hand-written, not pytest's own finder (``_pytest.config.findpaths``): it is private, with no promise between pytest
+releases, so these lines follow its documented rules.
 """
 
 from __future__ import annotations

@@ -4,6 +4,9 @@ how it is shown: every password in it masked, in every form a URL or a libpq key
 :func:`parse_location` reads a path, ``sqlite:///relative/path`` / ``sqlite:////absolute/path`` (SQLAlchemy's
 spelling) or ``postgresql://`` (``postgres://``); a known scheme without its ``://`` and a libpq keyword string are
 refused (BAD_URL), so a typo never becomes a new SQLite file. GPU-free and pytest-free.
+
+Hand-written, not psycopg's ``conninfo`` parser nor SQLAlchemy's ``make_url``: psycopg is the optional ``postgres``
+extra, and a password must be masked in text that no parser accepts (the malformed URL an error message names).
 """
 
 from __future__ import annotations

@@ -15,6 +15,9 @@ measurements): a crash or Ctrl-C before the commit leaves the store as it was; a
 unique keys, taken in one order by every writer, a transaction that still meets a deadlock tried again, and
 :data:`LOCK_TIMEOUT_S` / :data:`STATEMENT_TIMEOUT_S` so that nothing waits forever). Database errors are told
 apart by their codes (SQLSTATE, SQLite's error code), never by their text. GPU-free and pytest-free.
+
+Hand-written, not SQLAlchemy (nor Alembic for the migrations): a runtime dependency for every SQLite user, where
+``sqlite3`` is the stdlib's, for tables whose SQL differs between the two dialects in three column types (DIALECTS).
 """
 
 from __future__ import annotations

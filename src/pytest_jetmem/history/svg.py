@@ -1,7 +1,7 @@
 """Hand-written SVG charts for the published history site: a series chart per test, key and device (its
 sparklines: :mod:`~.sparkline`).
 
-Why no JavaScript library (uPlot, about 50 kB minified; Chart.js, about 200 kB): the site must open from disk with
+Hand-written, not uPlot (about 50 kB minified) or Chart.js (about 200 kB): the site must open from disk with
 no network, so a library would be inlined into every page (or copied beside them), and a canvas chart draws nothing
 until its script runs, is one opaque bitmap to a screen reader and cannot be read by a test without a browser. An
 SVG written here is text: it needs no script, prints, scales, and every drawn thing is an element that carries its

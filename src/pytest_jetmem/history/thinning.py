@@ -1,6 +1,9 @@
 """Which points of a long line a chart draws: the first, last, lowest and highest of each bucket, and the points
 asked for (:func:`thin_indices`), on arrays, so that a series of thousands of sessions is drawn from about a
 thousand points without a Python object per point. numpy only.
+
+Hand-written, not tsdownsample (its ``M4Downsampler``, the same rule): a compiled dependency for these few lines of
+numpy, and it has no points to keep (``keep``: where the change points start).
 """
 
 from __future__ import annotations

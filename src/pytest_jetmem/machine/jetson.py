@@ -24,6 +24,9 @@ Files read, relative to ``root`` (the sources each fact was taken from are cited
 
 Units: frequencies in Hz (devfreq reports Hz), temperatures in degrees C (thermal zones report
 millidegrees).
+
+Hand-written, not jetson-stats (jtop): its Python API is a client of the ``jtop.service`` daemon installed as root
+(``/run/jtop.sock``), absent in CI containers, and it cannot read the recorded trees the tests point ``root`` at.
 """
 
 from __future__ import annotations

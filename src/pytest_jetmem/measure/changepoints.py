@@ -37,6 +37,9 @@ the tables, side by side with asv and Otava.
 
 :func:`pelt` is the plain PELT on the values as given (no log, no scaling), the same segmentation as the reference
 implementation ``ruptures`` (``Pelt(model="l2", min_size=m, jump=1)``). Pure numpy and ``math``; no scipy.
+
+Hand-written, not ruptures: it needs scipy (no dependency here), its PELT is pure Python (9.6 s against 0.03 s here,
+one series of 1000 points) and it has neither per-commit starts (``allowed``) nor a shorter newest segment.
 """
 
 from __future__ import annotations

@@ -173,6 +173,7 @@ class AgainstParent:
         #: why no GPU can be used here (None: one can, or not probed yet); then no children, the tests run here
         self.no_gpu: str | None = None
         self.worker_summaries: list[PairSummary] = []  # on the xdist controller
+        self.closed = False
 
     def start(self, items: Sequence[pytest.Item]) -> None:
         from pytest_jetmem.measure.duet import BASE, CHANGE, make_channel
@@ -243,6 +244,10 @@ class AgainstParent:
         return sorted(base.collected - change.collected) if base and change else []
 
     def close(self) -> None:
+        """End both children and remove the pair's folders (at the session's end, and again at cleanup: once)."""
+        if self.closed:
+            return
+        self.closed = True
         for child in self.children.values():
             child.quit()  # both at once: neither waits for the other's quit
         for child in self.children.values():
@@ -442,14 +447,17 @@ def _records(result: SideResult | None) -> list[MeasurementRecord]:
 
 
 def end(session: pytest.Session) -> None:
-    """On an xdist worker: hand this worker's pair's summary to the controller, which prints them all (a step of
-    :mod:`~pytest_jetmem.plugin.finish`)."""
+    """End the pair (its children, its folders); on an xdist worker, hand its summary to the controller, which
+    prints them all (a step of :mod:`~pytest_jetmem.plugin.finish`)."""
     parent = session.config.stash.get(_PARENT, None)
+    if parent is None:
+        return
     workeroutput = getattr(session.config, "workeroutput", None)
-    if parent is not None and (parent.children or parent.no_gpu) and workeroutput is not None:
+    if (parent.children or parent.no_gpu) and workeroutput is not None:
         from pytest_jetmem.plugin.wire import AGAINST_OUTPUT
 
         workeroutput[AGAINST_OUTPUT] = parent.summary().to_json()
+    parent.close()  # here, not only at cleanup: an xdist worker may be stopped before its cleanup runs
 
 
 @pytest.hookimpl(optionalhook=True)  # an xdist hook: the controller collects the workers' summaries
