@@ -58,7 +58,8 @@ def _only_the_suite(config: pytest.Config) -> bool:
 def pytest_cmdline_main(config: pytest.Config) -> None:
     """The project's suite on a machine without a GPU runs on every core (pytest-xdist's ``-n auto``, where it is
     installed and no ``-n`` was given): most of its time is child pytest sessions waiting on their start. With a
-    GPU it stays in one process, so that GPU tests never share the device. ``-n 0`` keeps one process."""
+    GPU it stays in one process, so that GPU tests never share the device. ``-n 0`` keeps one process. Tests of one
+    ``xdist_group`` run on one worker (``--dist loadgroup``): the Chromium tests, so one browser runs at a time."""
     if (
         config.pluginmanager.hasplugin("xdist")
         and not hasattr(config, "workerinput")  # a worker is told -n None: it never distributes
@@ -68,6 +69,8 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
         and not _gpu_device_nodes()
     ):
         config.option.numprocesses = "auto"
+        if config.getoption("dist", "no") == "no":
+            config.option.dist = "loadgroup"
 
 
 @pytest.fixture

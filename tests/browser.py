@@ -1,8 +1,9 @@
 """A real browser for the tests: headless Chromium from Debian's ``chromium`` and ``chromium-driver`` packages, driven
 through Selenium (the dev extra). No browser build that downloads itself: the binaries are the system's.
 
-``browser`` is a session-scoped fixture (one Chromium per test session, per pytest-xdist worker) that collects the
-page's console messages (``browser_errors``). Test modules take it by importing it, as the fixtures of
+``browser`` is a module-scoped fixture (one Chromium per test module that takes it, per pytest-xdist worker, quit
+when the worker leaves the module: it holds most of a gigabyte) that collects the page's console messages
+(``browser_errors``). Test modules take it by importing it, as the fixtures of
 ``runtime_fixtures.py``::
 
     from browser import browser_fixture  # noqa: F401
@@ -61,9 +62,9 @@ def open_browser() -> Any:
     return webdriver.Chrome(options=options, service=Service(driver))
 
 
-@pytest.fixture(scope="session", name="browser")
+@pytest.fixture(scope="module", name="browser")
 def browser_fixture() -> Iterator[Any]:
-    """One headless Chromium for the test session, quit at its end."""
+    """One headless Chromium for the tests of a module, quit after its last."""
     driver = open_browser()
     try:
         yield driver

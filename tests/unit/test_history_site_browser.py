@@ -25,6 +25,9 @@ from pytest_jetmem.history.model import SeriesKey
 from pytest_jetmem.history.store import open_store
 from pytest_jetmem.history.timeline import read_history
 
+#: One Chromium at a time under pytest-xdist (the suite's conftest runs --dist loadgroup): it holds most of a GB.
+pytestmark = pytest.mark.xdist_group("chromium")
+
 UPGRADED = replace(ORIN, driver_version=12080, l4t_release="36.5.0")
 REPO = Path(__file__).resolve().parents[2]
 

@@ -534,6 +534,7 @@ def render_in_chromium(page: Path, png: Path, size: str = "1280,2000") -> str:
 
 
 @pytest.mark.skipif(_chromium() is None, reason="no chromium here (Debian: apt-get install chromium)")
+@pytest.mark.xdist_group("chromium")  # one Chromium at a time under pytest-xdist (the suite runs --dist loadgroup)
 @pytest.mark.parametrize("charts", ["svg", "matplotlib"])
 def test_report_renders_in_a_real_browser(
     pytester: pytest.Pytester,
