@@ -41,6 +41,9 @@ What it models, and checks the way the driver would:
   unregistered) starts on the host; a launch that uses it moves all its pages to the GPU (``Launch.migrated`` lists
   what each launch moved; fakes/fake_cupti.py reports it), a prefetch moves them where it is asked to (the CPU:
   back to the host). Memsets, copies and host access move nothing (the fake cannot see a host access).
+- NVML's power and energy (``nvml_energy=FakeEnergyCounter(...)``): an energy counter that advances in steps every
+  20-100 ms at a set power (idle plus load) with noise, and the power of its last step; either can be set
+  NOT_SUPPORTED (as on Orin with JetPack 7.2.1). Without one the fake has no NVML, as a Jetson.
 - Devices: ``devices=2`` gives the driver two devices of the profile (ordinals 0 and 1), each with its own primary
   context; ``device_names=[...]`` one device per name, each reporting its own name (what a test that models
   ``CUDA_VISIBLE_DEVICES`` passes: the driver numbers the visible devices from 0, in the order listed).
@@ -59,8 +62,10 @@ from __future__ import annotations
 
 import ctypes
 import itertools
+import random
 import struct
 import textwrap
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -452,6 +457,84 @@ class _Context:
         return self.refcount > 0
 
 
+# -- NVML's energy counter ----------------------------------------------------------------------------
+NVML_NOT_SUPPORTED = "NVML_ERROR_NOT_SUPPORTED"
+
+
+class FakeEnergyCounter:
+    """NVML's energy counter (``nvmlDeviceGetTotalEnergyConsumption``, mJ) and power (``nvmlDeviceGetPowerUsage``,
+    mW) of one fake GPU.
+
+    The counter moves in steps, as NVML's does: a step every ``step_s`` (each interval drawn uniformly from the
+    range, 20-100 ms by default) adds the energy of that interval at the power then, ``idle_w`` plus ``load_w``,
+    times ``1 + N(0, noise)``; read between two steps it repeats the last one. ``set_load`` changes the load from now
+    on (the steps before keep the power they had). ``energy_supported`` / ``power_supported`` False: that read fails
+    with NVML_ERROR_NOT_SUPPORTED. ``clock`` gives the time in seconds (``time.monotonic``; tests pass their own to
+    step it deterministically); the counter starts at ``start_mj`` at the clock's first reading.
+    """
+
+    def __init__(
+        self,
+        idle_w: float = 60.0,
+        load_w: float = 0.0,
+        *,
+        step_s: tuple[float, float] = (0.02, 0.1),
+        noise: float = 0.01,
+        seed: int = 0,
+        clock: Callable[[], float] = time.monotonic,
+        energy_supported: bool = True,
+        power_supported: bool = True,
+        start_mj: int = 0,
+    ) -> None:
+        if not 0 < step_s[0] <= step_s[1]:
+            raise ValueError(f"step_s: expected 0 < low <= high, got {step_s!r}")
+        if idle_w < 0 or load_w < 0 or noise < 0:
+            raise ValueError("idle_w, load_w and noise must not be negative")
+        self.idle_w, self.load_w, self.step_s, self.noise = idle_w, load_w, step_s, noise
+        self.clock = clock
+        self.energy_supported, self.power_supported = energy_supported, power_supported
+        self._rng = random.Random(seed)
+        self._mj = float(start_mj)
+        self._last_w = idle_w + load_w
+        self._at = clock()  # the time of the last step
+        self._next = self._at + self._rng.uniform(*step_s)
+        self.steps: list[tuple[float, float]] = []  # (time, counter mJ) of every step taken
+
+    def _advance(self) -> None:
+        """Take every step due by now."""
+        now = self.clock()
+        while self._next <= now:
+            watts = (self.idle_w + self.load_w) * (1.0 + self._rng.gauss(0.0, self.noise))
+            self._last_w = max(watts, 0.0)
+            self._mj += self._last_w * (self._next - self._at) * 1000.0
+            self._at = self._next
+            self.steps.append((self._at, self._mj))
+            self._next = self._at + self._rng.uniform(*self.step_s)
+
+    def set_load(self, load_w: float) -> None:
+        """The load's power from now on (W above idle); the steps due before now keep the power they had."""
+        self._advance()
+        self.load_w = load_w
+
+    def energy_mj(self) -> int:
+        """The counter now (whole mJ, as NVML returns it); FakeNvmlError where it is not supported."""
+        if not self.energy_supported:
+            raise FakeNvmlError(NVML_NOT_SUPPORTED)
+        self._advance()
+        return int(self._mj)
+
+    def power_mw(self) -> int:
+        """The power of the last step in mW; FakeNvmlError where it is not supported."""
+        if not self.power_supported:
+            raise FakeNvmlError(NVML_NOT_SUPPORTED)
+        self._advance()
+        return int(self._last_w * 1000.0)
+
+
+class FakeNvmlError(Exception):
+    """An NVML failure of the fake, by NVML's error name."""
+
+
 # -- the fake ------------------------------------------------------------------------------------------
 class FakeDriver:
     """Drop-in for ``pytest_jetmem.cuda.driver.CudaDriver`` on a machine without a GPU (see the module doc)."""
@@ -475,6 +558,7 @@ class FakeDriver:
         backing_limit: int = 256 << 20,
         poison: int = 0xA5,
         clocks: tuple[int, int, tuple[str, ...]] | None = None,
+        nvml_energy: FakeEnergyCounter | None = None,
     ) -> None:
         if isinstance(profile, str):
             if profile in UNAVAILABLE:
@@ -509,6 +593,9 @@ class FakeDriver:
         self.kernel_ms = kernel_ms
         # NVML's view (SM MHz, max SM MHz, slowdown reasons); None: no NVML, as on a Jetson
         self.clocks = clocks
+        # NVML's energy counter and power; None: no NVML, as on a Jetson
+        self.nvml_energy = nvml_energy
+        self.nvml_errors: dict[str, str] = {}
         unknown_kinds = sorted(set(kind_ms or {}) - set(ACCESS_KINDS))
         if unknown_kinds:
             raise ValueError(f"kind_ms: unknown allocation kind(s) {unknown_kinds}; expected {', '.join(ACCESS_KINDS)}")
@@ -808,6 +895,32 @@ class FakeDriver:
     def nvrtc_library(self) -> None:
         """The fake does not say where NVRTC came from (the session header leaves the line out)."""
         return None
+
+    # -- NVML's power and energy (what CudaDriver reads through cuda.bindings.nvml) -----------------------------------
+    def nvml_total_energy_mj(self, dev: Any) -> int | None:
+        return self._nvml_read(dev, "total_energy")
+
+    def nvml_power_usage_mw(self, dev: Any) -> int | None:
+        return self._nvml_read(dev, "power_usage")
+
+    def nvml_error(self, quantity: str) -> str:
+        return self.nvml_errors.get(quantity, "")
+
+    def _nvml_read(self, dev: Any, quantity: str) -> int | None:
+        """One read, failing as CudaDriver's does: None, with the NVML call and error name kept."""
+        call = jdriver.NVML_CALLS[quantity]
+        if self.nvml_energy is None:
+            self.nvml_errors[quantity] = "NVML unavailable: fake: no libnvidia-ml.so.1 (as on a Jetson)"
+            return None
+        try:
+            self._device("cuDeviceGetPCIBusId", dev)
+            counter = self.nvml_energy
+            value = counter.energy_mj() if quantity == "total_energy" else counter.power_mw()
+        except (CudaError, FakeNvmlError) as exc:
+            self.nvml_errors[quantity] = f"{call}: {exc.name if isinstance(exc, CudaError) else exc}"
+            return None
+        self.nvml_errors[quantity] = ""
+        return value
 
     def device_get(self, ordinal: int) -> FakeHandle:
         self._enter("cuDeviceGet", ordinal, ctx=False)
@@ -1330,8 +1443,10 @@ __all__ = [
     "Call",
     "FakeAllocation",
     "FakeDriver",
+    "FakeEnergyCounter",
     "FakeFault",
     "FakeHandle",
+    "FakeNvmlError",
     "Launch",
     "Profile",
     "conftest_source",

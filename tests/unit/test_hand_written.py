@@ -35,6 +35,7 @@ HAND_WRITTEN: dict[str, str] = {
     "history/svg.py": "uPlot",
     "history/thinning.py": "tsdownsample",
     "machine/jetson.py": "jetson-stats",
+    "machine/power.py": "jetson-stats",
     "measure/changepoints.py": "ruptures",
     "measure/stats.py": "scipy.stats",
 }

@@ -156,6 +156,19 @@ class DriverBackend(NvrtcBackend, Protocol):
         """Where NVRTC was loaded from (None: this backend does not say); CudaUnavailable where it cannot be."""
         ...
 
+    # -- power and energy (NVML; :mod:`pytest_jetmem.machine.power` turns these into power sources)
+    def nvml_total_energy_mj(self, dev: DeviceHandle) -> int | None:
+        """NVML's energy counter of the GPU in mJ since the driver loaded; None where NVML cannot say."""
+        ...
+
+    def nvml_power_usage_mw(self, dev: DeviceHandle) -> int | None:
+        """NVML's power draw of the GPU board in mW; None where NVML cannot say."""
+        ...
+
+    def nvml_error(self, quantity: str) -> str:
+        """Why the last ``total_energy`` or ``power_usage`` read gave None (the NVML call and error name); ""."""
+        ...
+
     # -- contexts
     def primary_ctx_retain(self, dev: DeviceHandle) -> ContextHandle: ...
 

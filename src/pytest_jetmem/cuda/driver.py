@@ -71,6 +71,8 @@ __all__ = [
     "MEM_ATTACH_GLOBAL",
     "MEM_ATTACH_HOST",
     "MEM_ATTACH_SINGLE",
+    "NVML_CALLS",
+    "NVML_SPELLINGS",
     "OTHER_ATTRIBUTES",
     "SLOWDOWN_REASONS",
     "STREAM_DEFAULT",
@@ -85,6 +87,7 @@ __all__ = [
     "FunctionHandle",
     "HeaderSearch",
     "ModuleHandle",
+    "NvmlCallMissing",
     "NvrtcBackend",
     "NvrtcLibrary",
     "StreamHandle",
@@ -92,9 +95,12 @@ __all__ = [
     "error_name",
     "find_cuda_headers",
     "get",
+    "import_nvml",
     "install",
     "installed",
     "load_nvrtc",
+    "nvml_error_name",
+    "nvml_function",
     "nvrtc_install_hint",
     "nvrtc_soname",
     "out_buffer",
@@ -125,6 +131,9 @@ class CudaDriver:
         self.bindings_major = int(self.bindings_version.split(".")[0]) if self.bindings_version[0].isdigit() else 0
         self._nvml: Any = None  # cuda.bindings.nvml once initialised; False where it cannot be used
         self._nvml_handles: dict[str, Any] = {}
+        self._nvml_power: Any = None  # NVML for the power and energy reads; False once its start failed
+        self._nvml_power_error = ""  # why NVML could not be started for them (the one-line reason)
+        self._nvml_errors: dict[str, str] = {}  # per quantity, why its last read gave None ("" after a good one)
         self._nvrtc_library: NvrtcLibrary | CudaUnavailable | None = None
         self._nvrtc_ready = False  # the bindings loaded libnvrtc (see _nvrtc_module)
 
@@ -223,6 +232,58 @@ class CudaDriver:
             self._nvml = False
             return None
         return ClockState(sm, top, tuple(name for bit, name in SLOWDOWN_REASONS.items() if reasons & bit))
+
+    # -- power and energy (NVML) ---------------------------------------------------------------------
+    def nvml_total_energy_mj(self, dev: Any) -> int | None:
+        """The GPU's energy counter: millijoules since the driver was loaded (``nvmlDeviceGetTotalEnergyConsumption``,
+        Volta and newer), or None where NVML cannot say; :meth:`nvml_error` then says why, with NVML's error name."""
+        return self._nvml_read(dev, "total_energy")
+
+    def nvml_power_usage_mw(self, dev: Any) -> int | None:
+        """The GPU board's power draw in milliwatts (``nvmlDeviceGetPowerUsage``; averaged over 1 s on Ampere and newer
+        except GA100, as NVML documents), or None where NVML cannot say; :meth:`nvml_error` then says why."""
+        return self._nvml_read(dev, "power_usage")
+
+    def nvml_error(self, quantity: str) -> str:
+        """Why the last read of ``quantity`` (``total_energy`` or ``power_usage``) gave None, in one line naming the
+        NVML call and error (``nvmlDeviceGetTotalEnergyConsumption: NVML_ERROR_NOT_SUPPORTED``); "" after a good one."""
+        return self._nvml_errors.get(quantity, "")
+
+    def _nvml_read(self, dev: Any, quantity: str) -> int | None:
+        """One NVML power or energy read of ``dev``; None, with the reason kept, wherever it fails."""
+        call = NVML_CALLS[quantity]
+        try:
+            nvml = self._nvml_for_power()
+            handle = self._nvml_power_handle(nvml, dev)
+            value = int(nvml_function(nvml, call)(handle))
+        except Exception as exc:  # no NVML, no such call in these bindings, NVMLError, CudaError: NVML cannot say
+            self._nvml_errors[quantity] = self._nvml_power_error or f"{call}: {nvml_error_name(exc)}"
+            return None
+        self._nvml_errors[quantity] = ""
+        return value
+
+    def _nvml_for_power(self) -> Any:
+        """``cuda.bindings.nvml``, initialised once for the power and energy reads; raises where it cannot be."""
+        if self._nvml_power is False:
+            raise RuntimeError(self._nvml_power_error)
+        if self._nvml_power is None:
+            try:
+                nvml = import_nvml()
+                nvml.init_v2()
+            except Exception as exc:  # no libnvidia-ml (a Jetson, a container), or bindings without NVML
+                self._nvml_power = False
+                self._nvml_power_error = f"NVML unavailable: {nvml_error_name(exc)}"
+                raise
+            self._nvml_power = nvml
+        return self._nvml_power
+
+    def _nvml_power_handle(self, nvml: Any, dev: Any) -> Any:
+        """NVML's handle of ``dev``, found by its PCI bus id (the same device as CUDA's) and kept."""
+        bus = self.device_pci_bus_id(dev)
+        handle = self._nvml_handles.get(bus)
+        if handle is None:
+            handle = self._nvml_handles[bus] = nvml.device_get_handle_by_pci_bus_id_v2(bus)
+        return handle
 
     # -- contexts ----------------------------------------------------------------------------------
     def primary_ctx_retain(self, dev: Any) -> Any:
@@ -593,6 +654,71 @@ def unnamed_code(exc: BaseException) -> int | None:
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__
+
+
+# -- NVML: the one place that knows how each cuda-bindings release spells it ------------------------------------------
+#: The NVML C call behind each power or energy quantity the backend reads.
+NVML_CALLS = {
+    "total_energy": "nvmlDeviceGetTotalEnergyConsumption",
+    "power_usage": "nvmlDeviceGetPowerUsage",
+}
+#: How cuda-bindings releases spell each NVML call, tried in order: the snake_case name of ``cuda.bindings.nvml``
+#: (cuda-bindings 13.3.1 and 13.5.0 have ``device_get_total_energy_consumption`` and ``device_get_power_usage``),
+#: a camelCase one, and the C name itself (pynvml's style).
+NVML_SPELLINGS: dict[str, tuple[str, ...]] = {
+    "nvmlDeviceGetTotalEnergyConsumption": (
+        "device_get_total_energy_consumption",
+        "deviceGetTotalEnergyConsumption",
+        "nvmlDeviceGetTotalEnergyConsumption",
+    ),
+    "nvmlDeviceGetPowerUsage": ("device_get_power_usage", "deviceGetPowerUsage", "nvmlDeviceGetPowerUsage"),
+}
+
+
+class NvmlCallMissing(AttributeError):
+    """These bindings have no spelling of an NVML call (see :data:`NVML_SPELLINGS`)."""
+
+
+def import_nvml() -> Any:
+    """NVML's bindings: ``cuda.bindings.nvml``, else the private ``cuda.bindings._nvml`` of earlier 13.x releases;
+    ImportError where neither exists (cuda-bindings 12)."""
+    try:
+        from cuda.bindings import nvml
+    except ImportError:
+        from cuda.bindings import _nvml as nvml  # type: ignore[attr-defined,no-redef,unused-ignore]
+    return nvml
+
+
+def nvml_function(nvml: Any, call: str) -> Any:
+    """The function of ``nvml`` for the NVML C call ``call``, under whichever spelling these bindings use;
+    :class:`NvmlCallMissing` naming every spelling tried where none is there."""
+    spellings = NVML_SPELLINGS.get(call, (call,))
+    for name in spellings:
+        function = getattr(nvml, name, None)
+        if callable(function):
+            return function
+    raise NvmlCallMissing(f"not in these cuda-bindings (tried {', '.join(spellings)})")
+
+
+def nvml_error_name(exc: BaseException) -> str:
+    """NVML's name for a failure: ``NVML_ERROR_NOT_SUPPORTED`` for the bindings' ``NotSupportedError`` (or an
+    ``NvmlError`` whose status is 3); anything else as ``Type: first line``."""
+    if isinstance(exc, NvmlCallMissing):
+        return str(exc)
+    status = getattr(exc, "status", None)
+    if isinstance(status, int) and not isinstance(status, bool):
+        with contextlib.suppress(Exception):
+            return f"NVML_{import_nvml().Return(status).name}"
+    kind = type(exc).__name__
+    if kind.endswith("Error") and kind not in ("NvmlError", "NVMLError") and _is_nvml_error(exc):
+        words = re.findall(r"[A-Z][a-z0-9]*", kind[: -len("Error")])
+        return "NVML_ERROR_" + "_".join(w.upper() for w in words)
+    return _first_line(exc)
+
+
+def _is_nvml_error(exc: BaseException) -> bool:
+    """Whether ``exc`` is one of the NVML bindings' errors (a class named ``NvmlError``/``NVMLError`` above it)."""
+    return any(c.__name__ in ("NvmlError", "NVMLError") for c in type(exc).__mro__)
 
 
 _backend: DriverBackend | None = None
