@@ -18,7 +18,8 @@ none of them autouse, and imports nothing that a demo run lacks.
 from __future__ import annotations
 
 import contextlib
-import importlib
+import importlib.util
+import os
 import sys
 import warnings
 from collections.abc import Callable, Iterator
@@ -74,7 +75,9 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
 
 
 @pytest.fixture
-def pytester(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
+def pytester(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
+) -> pytest.Pytester:
     """``pytester`` whose in-process runs start from the warning filters a user's pytest starts from.
 
     This suite turns every warning into an error (``filterwarnings = error`` in pyproject.toml), and an inner
@@ -94,7 +97,31 @@ def pytester(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pyte
             return inline_run(*args, **kwargs)
 
     monkeypatch.setattr(pytester, "inline_run", run)
+    if request.node.get_closest_marker("every_plugin") is None:
+        monkeypatch.setattr(pytester, "runpytest_subprocess", _lean(pytester.runpytest_subprocess, monkeypatch))
     return pytester
+
+
+#: The plugins a child pytest of the suite loads (with ``PYTEST_DISABLE_PLUGIN_AUTOLOAD``): ours and pytest-xdist's.
+LEAN_PLUGINS = ("pytest_jetmem.plugin", "xdist.plugin", "xdist.looponfail")
+
+
+def _lean(runpytest_subprocess: Callable[..., Any], monkeypatch: pytest.MonkeyPatch) -> Callable[..., Any]:
+    """``runpytest_subprocess`` whose pytest loads only :data:`LEAN_PLUGINS` (and its jetmem children with it:
+    they inherit the environment), not every plugin installed beside them (pytest-html, pytest-cov, ...: about
+    0.7 s of CPU per process here). A test that needs the others is marked ``every_plugin``; a test that sets
+    either variable itself keeps its own."""
+    plugins = [name for name in LEAN_PLUGINS if importlib.util.find_spec(name.split(".")[0]) is not None]
+
+    def run(*args: Any, **kwargs: Any) -> Any:
+        if {"PYTEST_DISABLE_PLUGIN_AUTOLOAD", "PYTEST_PLUGINS"} & set(os.environ):
+            return runpytest_subprocess(*args, **kwargs)
+        with monkeypatch.context() as env:
+            env.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
+            env.setenv("PYTEST_PLUGINS", ",".join(plugins))
+            return runpytest_subprocess(*args, **kwargs)
+
+    return run
 
 
 @pytest.fixture

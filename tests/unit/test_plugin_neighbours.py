@@ -19,7 +19,10 @@ import pytest
 from fakes.fake_driver import TESTS_DIR
 from neighbour_runs import OUTPUTS, check_against_run, make_project
 
-pytestmark = pytest.mark.skipif(sys.platform == "win32" or shutil.which("git") is None, reason="needs POSIX and git")
+pytestmark = [
+    pytest.mark.skipif(sys.platform == "win32" or shutil.which("git") is None, reason="needs POSIX and git"),
+    pytest.mark.every_plugin,  # the neighbours: pytest-html, pytest-json-report, pytest-cov in the child pytest
+]
 
 FAKE = f"""
 import sys

@@ -208,6 +208,17 @@ class CheckDriver:
         """No NVML without a GPU: the clocks are not known."""
         return None
 
+    def nvml_total_energy_mj(self, dev: Any) -> None:
+        """No NVML without a GPU: no energy counter."""
+        return None
+
+    def nvml_power_usage_mw(self, dev: Any) -> None:
+        """No NVML without a GPU: no power draw."""
+        return None
+
+    def nvml_error(self, quantity: str) -> str:
+        return f"no NVML without a GPU ({quantity} cannot be read)"
+
     def nvrtc_library(self) -> None:
         """Not said here: the session header names the NVRTC of the backend that compiles (``nvrtc``)."""
         return None

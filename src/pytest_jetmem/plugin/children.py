@@ -44,7 +44,7 @@ from typing import IO, TYPE_CHECKING, Any
 import pytest
 
 from pytest_jetmem.plugin import options
-from pytest_jetmem.plugin.sessions import device_session, gate_session
+from pytest_jetmem.plugin.sessions import device_session, gate_session, loaded
 
 if TYPE_CHECKING:  # the wire and the spawn are imported where a child is started or spoken to: not at start-up
     from pytest_jetmem.correctness.isolation import Spawned
@@ -221,9 +221,9 @@ def _child_only_args(config: pytest.Config) -> list[str]:
     """What every child gets besides the parent's command line: the parent-only ini keys cleared, ``-n 0`` for
     xdist, ``--no-cov`` for pytest-cov."""
     argv = [arg for s in options.parent_only() if s.ini_help is not None for arg in ("-o", f"{s.dest}=")]
-    if config.pluginmanager.hasplugin("xdist"):
+    if loaded(config, "xdist"):
         argv += ["-n", "0"]  # the parent distributes; a child never does (an addopts "-n auto" would)
-    if config.pluginmanager.hasplugin("pytest_cov"):
+    if loaded(config, "pytest_cov"):
         argv += ["--no-cov"]  # no coverage controller of its own (the module's docstring), not even from addopts
     return argv
 

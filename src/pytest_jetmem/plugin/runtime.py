@@ -36,6 +36,7 @@ from pytest_jetmem.plugin.sessions import (
     Interruptions,
     device_session,
     gate_session,
+    loaded,
     note_interrupted,
     owns_session,
     session_interrupted,
@@ -103,7 +104,7 @@ def pytest_configure(config: pytest.Config) -> None:
     # the Jetson's state before the first measurement (on an xdist controller: the first it hears of one)
     session_records(config).at_first.append(gate.jetson_state_before)
     config.pluginmanager.register(Interruptions(config), "jetmem-interruptions")
-    if config.pluginmanager.hasplugin("xdist"):
+    if loaded(config, "xdist"):
         config.pluginmanager.register(_XdistHooks(gate, config), "jetmem-xdist")
 
 

@@ -228,6 +228,13 @@ class GateSession:
         return self._machine
 
 
+def loaded(config: pytest.Config, plugin: str) -> bool:
+    """Whether ``plugin`` is loaded, by its entry point (``xdist``, ``pytest_cov``) or by its module (``-p
+    xdist.plugin``, ``PYTEST_PLUGINS=pytest_cov.plugin`` where plugins do not autoload)."""
+    manager = config.pluginmanager
+    return manager.hasplugin(plugin) or manager.hasplugin(f"{plugin}.plugin")
+
+
 def owns_session(config: pytest.Config) -> bool:
     """Whether this process owns the session, the one place that says so: it writes what a session leaves (the
     store, the report, the CI summary, ``--jetmem-benchmark-json``, the advice); not an xdist worker nor a child
