@@ -18,6 +18,7 @@ none of them autouse, and imports nothing that a demo run lacks.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import importlib.util
 import os
 import sys
@@ -27,6 +28,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+# numpy's extension modules load once per process: imported here, before any in-process pytester run (whose
+# sys.modules snapshot would drop them, and a later import fail with "cannot load module more than once per process")
+for _module in ("numpy.fft", "numpy.linalg", "numpy.random"):
+    importlib.import_module(_module)
 
 TESTS_DIR = str(Path(__file__).resolve().parent / "tests")
 if TESTS_DIR not in sys.path:
