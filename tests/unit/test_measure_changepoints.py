@@ -432,7 +432,9 @@ def test_one_extra_session_anywhere_changes_no_change_point(
 ) -> None:
     """A clear step (10 noise scales and more) with one more session of any size (x0.2 to x10) at any place: a
     rerun of an old commit, of one inside the confirmation window, of the newest commit, or a new newest commit of
-    one session. The change points are those found without it, at the same commits."""
+    one session. The change points are those found without it, at the same commits; except where the extra session
+    is of the commit just before the step and reads like the level after it (nearer the step than the level before):
+    that commit then has one session of each level, and a step found at it is as right as one after it."""
     n = step_at + 12
     y = _lognormal(seed, n, sigma=sigma)
     y[step_at:] *= step
@@ -440,7 +442,21 @@ def test_one_extra_session_anywhere_changes_no_change_point(
     assert (step_at, step > 1) in want
     at = min(int(where * (n + 1)), n)
     extra, groups = _with_session(y, at, factor)
-    assert _commit_places(extra, groups) == want, (at, factor)
+    got = _commit_places(extra, groups)
+    if at == step_at - 1 and abs(math.log(factor / step)) < abs(math.log(factor)):
+        earlier = [(step_at - 1, slower) if place == step_at else (place, slower) for place, slower in want]
+        assert got in (want, earlier), (at, factor)
+    else:
+        assert got == want, (at, factor)
+
+
+def test_a_rerun_of_the_commit_before_a_step_at_the_level_after_it_may_move_the_step_there() -> None:
+    """The case hypothesis found (seed 0, a 10% faster step at commit 30, a rerun of commit 29 at x0.89): commit 29
+    has one session of each level; the step is found at 29 or 30, and nowhere else."""
+    y = _lognormal(0, 42, sigma=0.005)
+    y[30:] *= 0.9
+    extra, groups = _with_session(y, 29, 0.890625)
+    assert _commit_places(extra, groups) in ([(30, False)], [(29, False)])
 
 
 @settings(max_examples=40, deadline=None)
