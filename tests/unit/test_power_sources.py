@@ -522,7 +522,7 @@ def test_cuda_driver_without_nvml_says_so_once_for_every_read(
 
 def test_nvml_error_names() -> None:
     class StatusError(NvmlError):
-        status = 3  # NVML_ERROR_NOT_SUPPORTED, named by the installed bindings' Return enum
+        status = 3  # NVML_ERROR_NOT_SUPPORTED in nvml.h's nvmlReturn_t, whatever the bindings' version
 
     assert driver.nvml_error_name(NotSupportedError()) == "NVML_ERROR_NOT_SUPPORTED"
     assert driver.nvml_error_name(type("GpuIsLostError", (NvmlError,), {})()) == "NVML_ERROR_GPU_IS_LOST"

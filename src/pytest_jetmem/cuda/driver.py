@@ -700,6 +700,36 @@ def nvml_function(nvml: Any, call: str) -> Any:
     raise NvmlCallMissing(f"not in these cuda-bindings (tried {', '.join(spellings)})")
 
 
+#: nvml.h's ``nvmlReturn_t`` (a stable ABI): every cuda-bindings 13.x names a status alike, also those whose
+#: ``cuda.bindings.nvml`` lacks the ``Return`` enum or the module itself (13.0.0).
+NVML_RETURNS = {
+    1: "NVML_ERROR_UNINITIALIZED",
+    2: "NVML_ERROR_INVALID_ARGUMENT",
+    3: "NVML_ERROR_NOT_SUPPORTED",
+    4: "NVML_ERROR_NO_PERMISSION",
+    5: "NVML_ERROR_ALREADY_INITIALIZED",
+    6: "NVML_ERROR_NOT_FOUND",
+    7: "NVML_ERROR_INSUFFICIENT_SIZE",
+    8: "NVML_ERROR_INSUFFICIENT_POWER",
+    9: "NVML_ERROR_DRIVER_NOT_LOADED",
+    10: "NVML_ERROR_TIMEOUT",
+    11: "NVML_ERROR_IRQ_ISSUE",
+    12: "NVML_ERROR_LIBRARY_NOT_FOUND",
+    13: "NVML_ERROR_FUNCTION_NOT_FOUND",
+    14: "NVML_ERROR_CORRUPTED_INFOROM",
+    15: "NVML_ERROR_GPU_IS_LOST",
+    16: "NVML_ERROR_RESET_REQUIRED",
+    17: "NVML_ERROR_OPERATING_SYSTEM",
+    18: "NVML_ERROR_LIB_RM_VERSION_MISMATCH",
+    19: "NVML_ERROR_IN_USE",
+    20: "NVML_ERROR_MEMORY",
+    21: "NVML_ERROR_NO_DATA",
+    22: "NVML_ERROR_VGPU_ECC_NOT_SUPPORTED",
+    23: "NVML_ERROR_INSUFFICIENT_RESOURCES",
+    999: "NVML_ERROR_UNKNOWN",
+}
+
+
 def nvml_error_name(exc: BaseException) -> str:
     """NVML's name for a failure: ``NVML_ERROR_NOT_SUPPORTED`` for the bindings' ``NotSupportedError`` (or an
     ``NvmlError`` whose status is 3); anything else as ``Type: first line``."""
@@ -707,7 +737,9 @@ def nvml_error_name(exc: BaseException) -> str:
         return str(exc)
     status = getattr(exc, "status", None)
     if isinstance(status, int) and not isinstance(status, bool):
-        with contextlib.suppress(Exception):
+        if status in NVML_RETURNS:
+            return NVML_RETURNS[status]
+        with contextlib.suppress(Exception):  # a code newer than the table: the bindings may know it
             return f"NVML_{import_nvml().Return(status).name}"
     kind = type(exc).__name__
     if kind.endswith("Error") and kind not in ("NvmlError", "NVMLError") and _is_nvml_error(exc):
