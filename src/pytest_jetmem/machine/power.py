@@ -199,9 +199,7 @@ class HwmonRail:
         return _number(self.voltage_file) * _number(self.current_file) / 1e6
 
     def read(self) -> Reading:
-        before = time.monotonic()
-        watts = self.watts()
-        return Reading((before + time.monotonic()) / 2, watts)
+        return _timed(self.watts)
 
 
 @dataclass(frozen=True)
@@ -227,9 +225,7 @@ class RailSum:
         return "the slowest of its rails"
 
     def read(self) -> Reading:
-        before = time.monotonic()
-        watts = sum(p.watts() for p in self.parts)
-        return Reading((before + time.monotonic()) / 2, watts)
+        return _timed(lambda: sum(p.watts() for p in self.parts))
 
 
 def _ina3221_period(hw: Path, enabled: int) -> tuple[float, str]:
@@ -504,6 +500,21 @@ class NvmlReads:
     device: str = "GPU"
 
 
+def _timed(value: Callable[[], float]) -> Reading:
+    """``value()`` as a :class:`Reading` stamped at the middle of the time it took to read."""
+    before = time.monotonic()
+    got = value()
+    return Reading((before + time.monotonic()) / 2, got)
+
+
+def _nvml_units(milli: int | None, reads: NvmlReads, quantity: str, what: str) -> float:
+    """An NVML reading of ``quantity`` in mJ or mW as J or W; :class:`PowerReadError` with NVML's reason (else
+    "NVML gave no ``what``") where it gave none."""
+    if milli is None:
+        raise PowerReadError(reads.error(quantity) or f"NVML gave no {what}")
+    return milli / 1000.0
+
+
 def nvml_reads(backend: NvmlBackend, dev: Any, device: str = "GPU") -> NvmlReads:
     """:class:`NvmlReads` of the device ``dev`` through a driver backend."""
     return NvmlReads(
@@ -530,11 +541,7 @@ class NvmlEnergySource:
         return f"NVML energy counter, {self.reads.device} board"
 
     def read(self) -> Reading:
-        before = time.monotonic()
-        mj = self.reads.energy_mj()
-        if mj is None:
-            raise PowerReadError(self.reads.error("total_energy") or "NVML gave no energy")
-        return Reading((before + time.monotonic()) / 2, mj / 1000.0)
+        return _timed(lambda: _nvml_units(self.reads.energy_mj(), self.reads, "total_energy", "energy"))
 
 
 @dataclass(frozen=True)
@@ -553,11 +560,7 @@ class NvmlPowerSource:
         return f"NVML power draw, {self.reads.device} board"
 
     def read(self) -> Reading:
-        before = time.monotonic()
-        mw = self.reads.power_mw()
-        if mw is None:
-            raise PowerReadError(self.reads.error("power_usage") or "NVML gave no power")
-        return Reading((before + time.monotonic()) / 2, mw / 1000.0)
+        return _timed(lambda: _nvml_units(self.reads.power_mw(), self.reads, "power_usage", "power"))
 
 
 def _nvml_source(nvml: NvmlReads) -> tuple[PowerSource | None, str]:
