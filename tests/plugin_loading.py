@@ -17,6 +17,6 @@ def plugin_args() -> list[str]:
             return []
     from pytest_jetmem import plugin
 
-    if PLUGIN_MODULE in getattr(plugin, "pytest_plugins", ()):
+    if PLUGIN_MODULE in plugin.HALVES:
         return []
     return ["-p", PLUGIN_MODULE]

@@ -40,8 +40,8 @@ def test_no_half_imports_another_half() -> None:
     first is "already imported", a ``PytestAssertRewriteWarning`` (pytest 8.0 to 9.1, editable installs). The core
     and the session's end import the halves: they are listed last, after every one of them is marked and imported."""
     last = ["pytest_jetmem.plugin.core", "pytest_jetmem.plugin.finish"]
-    assert plugin.pytest_plugins[-2:] == last
-    halves = [p for p in plugin.pytest_plugins if p not in last]
+    assert list(plugin.HALVES[-2:]) == last
+    halves = [p for p in plugin.HALVES if p not in last]
     assert len(halves) >= 8
     offenders = []
     for half in halves:

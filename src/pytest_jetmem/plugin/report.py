@@ -1,6 +1,6 @@
 """pytest glue for the HTML report: ``--jetmem-report=PATH`` (ini ``jetmem_report``).
 
-Loaded with the main plugin (``pytest_plugins`` in :mod:`pytest_jetmem.plugin`). The rows and the advice are the
+Loaded with the main plugin (``HALVES`` in :mod:`pytest_jetmem.plugin`). The rows and the advice are the
 session's (:mod:`pytest_jetmem.plugin.records`: gathered once from the test reports, the advice computed once, shared
 with the terminal's section), so under pytest-xdist they reach the controller with the reports; only the controller
 writes (workers register nothing). The page and its
