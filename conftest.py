@@ -22,6 +22,7 @@ import importlib
 import importlib.util
 import os
 import sys
+import tempfile
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -39,6 +40,7 @@ if TESTS_DIR not in sys.path:
     sys.path.insert(0, TESTS_DIR)
 
 from fakes.fake_driver import FakeDriver  # noqa: E402
+from pg_server import postgres_server_fixture  # noqa: E402, F401  (one server per session, or per xdist worker)
 from pytest_jetmem.cuda import driver  # noqa: E402
 
 # An in-process pytester run drops every module it imported when it ends. hypothesis' pytest plugin imports
@@ -61,12 +63,25 @@ def _only_the_suite(config: pytest.Config) -> bool:
     return bool(paths) and all(p == tests or tests in p.parents for p in paths)
 
 
+def _bytecode_for_children() -> None:
+    """Where ``PYTHONDONTWRITEBYTECODE`` is set (``.ci/run`` sets it, to leave no ``__pycache__`` in the clone),
+    the suite's child processes (pytester's subprocess runs, the plugin's children, xdist workers, the command
+    lines) would each compile pytest, numpy's Python modules and the plugin from source: ~2 s of CPU more per
+    child. They write their bytecode under one folder outside the tree instead (``PYTHONPYCACHEPREFIX``), shared
+    by every child of this run and later ones; a prefix already set is kept."""
+    if os.environ.get("PYTHONDONTWRITEBYTECODE") and not os.environ.get("PYTHONPYCACHEPREFIX"):
+        del os.environ["PYTHONDONTWRITEBYTECODE"]
+        os.environ["PYTHONPYCACHEPREFIX"] = str(Path(tempfile.gettempdir(), f"jetmem-suite-pycache-{os.getuid()}"))
+
+
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own, which turns "auto" into workers
 def pytest_cmdline_main(config: pytest.Config) -> None:
     """The project's suite on a machine without a GPU runs on every core (pytest-xdist's ``-n auto``, where it is
     installed and no ``-n`` was given): most of its time is child pytest sessions waiting on their start. With a
     GPU it stays in one process, so that GPU tests never share the device. ``-n 0`` keeps one process. Tests of one
     ``xdist_group`` run on one worker (``--dist loadgroup``): the Chromium tests, so one browser runs at a time."""
+    if _only_the_suite(config):
+        _bytecode_for_children()
     if (
         config.pluginmanager.hasplugin("xdist")
         and not hasattr(config, "workerinput")  # a worker is told -n None: it never distributes

@@ -8,10 +8,9 @@ root the server runs as the ``postgres`` account (Debian's package makes it), el
 with ``useradd --system``; as anyone else it runs as that user.
 
 ``postgres_server`` is a session-scoped fixture: one server per test session, so one per pytest-xdist worker.
-Test modules take it as they take the fixtures of ``runtime_fixtures.py``, by importing it; the function has another
-name than the fixture, so that a test's ``postgres_server`` parameter does not shadow an import (ruff's F811)::
-
-    from pg_server import postgres_server_fixture  # noqa: F401
+The repository's root conftest.py imports it, once: a session-scoped fixture that test modules imported each would
+be one fixture per module, and start one server per module. The function has another name than the fixture, so
+that a test's ``postgres_server`` parameter does not shadow an import (ruff's F811).
 
 Without the binaries, psycopg 3 or an account to run as, the fixture skips saying how to get them; with
 ``JETMEM_TEST_POSTGRES=required`` (CI sets it) it fails with that reason instead.

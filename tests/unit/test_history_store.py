@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from history_sessions import H100, history, session
-from pg_server import PostgresServer, postgres_server_fixture  # noqa: F401
+from pg_server import PostgresServer
 from pytest_jetmem.errors import StoreError, StoreErrorKind
 from pytest_jetmem.history import codec, schema
 from pytest_jetmem.history.schema import SCHEMA_VERSION, Migration

@@ -26,7 +26,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from history_sessions import session
-from pg_server import PostgresServer, postgres_server_fixture  # noqa: F401
+from pg_server import PostgresServer
 from pytest_jetmem.errors import StoreError, StoreErrorKind
 from pytest_jetmem.history import store as store_module
 from pytest_jetmem.history.model import Reported, SeriesKey, StoredSession

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from history_sessions import H100, ORIN, session
-from pg_server import PostgresServer, postgres_server_fixture  # noqa: F401
+from pg_server import PostgresServer
 from pytest_jetmem.history.model import Points
 from pytest_jetmem.history.pgpoints import points_of_packed
 from pytest_jetmem.history.schema import SCHEMA_VERSION

@@ -16,7 +16,6 @@ from pg_server import (
     PostgresUnavailable,
     find_postgres_bin,
     pid_alive,
-    postgres_server_fixture,  # noqa: F401
     skip_or_fail,
 )
 
