@@ -466,9 +466,10 @@ class FakeEnergyCounter:
     mW) of one fake GPU.
 
     The counter moves in steps, as NVML's does: a step every ``step_s`` (each interval drawn uniformly from the
-    range, 20-100 ms by default) adds the energy of that interval at the power then, ``idle_w`` plus ``load_w``,
-    times ``1 + N(0, noise)``; read between two steps it repeats the last one. ``set_load`` changes the load from now
-    on (the steps before keep the power they had). ``energy_supported`` / ``power_supported`` False: that read fails
+    range, 20-100 ms by default) adds the energy used since the last step, at ``idle_w`` plus ``load_w`` as they
+    were over each part of it, each part times ``1 + N(0, noise)``; read between two steps it repeats the last one.
+    ``set_load`` changes the load from now on (the energy up to now keeps the load it had, as a real counter
+    accumulates between its updates). ``energy_supported`` / ``power_supported`` False: that read fails
     with NVML_ERROR_NOT_SUPPORTED. ``clock`` gives the time in seconds (``time.monotonic``; tests pass their own to
     step it deterministically); the counter starts at ``start_mj`` at the clock's first reading.
     """
@@ -497,23 +498,33 @@ class FakeEnergyCounter:
         self._mj = float(start_mj)
         self._last_w = idle_w + load_w
         self._at = clock()  # the time of the last step
+        self._part_t = self._at  # where the part of the interval not yet added to _pending_mj begins
+        self._pending_mj = 0.0  # energy since the last step, up to _part_t
         self._next = self._at + self._rng.uniform(*step_s)
         self.steps: list[tuple[float, float]] = []  # (time, counter mJ) of every step taken
+
+    def _part(self, until: float) -> float:
+        """The energy (mJ) from the current part's start to ``until`` at today's idle and load, with its noise."""
+        watts = max((self.idle_w + self.load_w) * (1.0 + self._rng.gauss(0.0, self.noise)), 0.0)
+        self._last_w = watts
+        return watts * (until - self._part_t) * 1000.0
 
     def _advance(self) -> None:
         """Take every step due by now."""
         now = self.clock()
         while self._next <= now:
-            watts = (self.idle_w + self.load_w) * (1.0 + self._rng.gauss(0.0, self.noise))
-            self._last_w = max(watts, 0.0)
-            self._mj += self._last_w * (self._next - self._at) * 1000.0
+            self._mj += self._pending_mj + self._part(self._next)
+            self._pending_mj, self._part_t = 0.0, self._next
             self._at = self._next
             self.steps.append((self._at, self._mj))
             self._next = self._at + self._rng.uniform(*self.step_s)
 
     def set_load(self, load_w: float) -> None:
-        """The load's power from now on (W above idle); the steps due before now keep the power they had."""
+        """The load's power from now on (W above idle); the energy up to now keeps the load it had."""
         self._advance()
+        now = self.clock()
+        self._pending_mj += self._part(now)
+        self._part_t = now
         self.load_w = load_w
 
     def energy_mj(self) -> int:

@@ -1,0 +1,369 @@
+"""Energy per call: the work repeated in windows a power sensor can resolve, the idle power around them taken out.
+
+A power sensor cannot see one kernel: NVML's energy counter moves every 20-100 ms, a Jetson rail averages over its
+conversion time, and a board draws hundreds of watts doing nothing. So (docs/energy.md, "How it is measured"):
+
+1. **Windows.** Each piece of work runs back to back for a window of at least :attr:`EnergyRule.periods_per_window`
+   sensor update periods (and :attr:`EnergyRule.min_window_s`); the calls per window adapt to the time the last
+   window took, so a window lasts about as long whatever one call costs.
+2. **Idle between.** Windows go idle, A, B, ..., idle, A, B, ..., idle: every work window lies between two idle
+   windows of the same length (the GPU doing nothing, the stream empty), and the mean power of those two is what the
+   board would have drawn anyway; drift of the idle power (clocks, temperature) is taken out where it happens.
+3. **A window's energy.** A cumulative counter (``kind == "energy"``) is read at its updates: a window ends when the
+   counter next changes after its work finished, and the next window starts there, so no update is split; the
+   idle power is subtracted over the whole span, tail included. An instantaneous power (``kind == "power"``) is
+   read by a thread every half update period and integrated (trapezoids) between the windows' edges.
+4. **Per call, with an interval.** A work window gives (energy - idle power x its span) / its calls; the estimate is
+   the mean over windows with Student's t interval (99%). Windows are added until every work's interval is within
+   :attr:`EnergyRule.target_rel` of its estimate (after :attr:`EnergyRule.min_windows`), or until
+   :attr:`EnergyRule.max_time_s`.
+
+Interleaving several works (a mode and its reference mode) makes drift hit them alike, as timings are sampled.
+Nothing here imports CUDA: a work is a callable that runs ``calls`` calls and waits for them.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import math
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from pytest_jetmem.measure.stats import student_t_ppf
+
+if TYPE_CHECKING:
+    from pytest_jetmem.machine.power import PowerSource, Reading
+
+__all__ = ["Energy", "EnergyRule", "Window", "measure_energy", "per_call"]
+
+#: ``run(calls)``: run ``calls`` calls of the work and return once they are finished.
+Work = Callable[[int], None]
+
+
+@dataclass(frozen=True)
+class EnergyRule:
+    """How long the windows are and when to stop adding them (see the module doc)."""
+
+    target_rel: float = 0.03
+    min_windows: int = 3
+    max_time_s: float = 2.0
+    periods_per_window: float = 2.0
+    min_window_s: float = 0.1
+    confidence: float = 0.99
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.target_rel) and self.target_rel > 0):
+            raise ValueError(f"target_rel must be finite and > 0, got {self.target_rel!r}")
+        if self.min_windows < 2:
+            raise ValueError(f"min_windows must be >= 2 (an interval needs two), got {self.min_windows!r}")
+        if not self.max_time_s > 0:
+            raise ValueError(f"max_time_s must be > 0, got {self.max_time_s!r}")
+        if not (self.periods_per_window >= 1 and self.min_window_s > 0):
+            raise ValueError(
+                f"periods_per_window must be >= 1 and min_window_s > 0, got {self.periods_per_window!r}, "
+                f"{self.min_window_s!r}"
+            )
+        if not 0.5 < self.confidence < 1:
+            raise ValueError(f"confidence must be between 0.5 and 1, got {self.confidence!r}")
+
+    def window_s(self, update_period_s: float) -> float:
+        """The length of a window for a sensor updating every ``update_period_s`` seconds."""
+        return max(self.min_window_s, self.periods_per_window * update_period_s)
+
+
+@dataclass(frozen=True)
+class Window:
+    """One window: ``work`` is the index of the work that ran (None: idle), over ``seconds``, using ``joules``; its
+    ``calls`` ran for ``busy_s`` of those seconds (the rest: waiting for the sensor's next update)."""
+
+    work: int | None
+    seconds: float
+    joules: float
+    calls: int = 0
+    busy_s: float = 0.0
+
+    @property
+    def watts(self) -> float:
+        return self.joules / self.seconds if self.seconds > 0 else math.nan
+
+
+@dataclass(frozen=True)
+class Energy:
+    """The energy of one call of a piece of work: the estimate and its interval (J), the power drawn while its calls
+    ran and idle around them (W), and how it was measured (``seconds``: the span of its windows; ``per_window``: each
+    work window's joules per call)."""
+
+    joules: float
+    low: float
+    high: float
+    power_w: float
+    idle_w: float
+    windows: int
+    calls: int
+    seconds: float
+    source: str
+    covers: str
+    stop_reason: str
+    confidence: float = 0.99
+    per_window: tuple[float, ...] = field(default=())
+
+    @property
+    def rel_halfwidth(self) -> float:
+        """Half the interval's width over the estimate (inf where it has no interval, or a zero estimate)."""
+        if not (math.isfinite(self.low) and math.isfinite(self.high)) or self.joules == 0:
+            return math.inf
+        return (self.high - self.low) / 2 / abs(self.joules)
+
+    def describe(self) -> str:
+        """``1.23 mJ a call (99%: 1.20-1.26), 310 W working over 290 W idle, 6 windows; NVML energy counter, ...``."""
+        interval = f"{_j(self.low)}-{_j(self.high)}" if math.isfinite(self.rel_halfwidth) else "no interval"
+        return (
+            f"{_j(self.joules)} a call ({self.confidence:.0%}: {interval}), {self.power_w:.4g} W working over "
+            f"{self.idle_w:.4g} W idle, {self.windows} windows of {self.calls // max(self.windows, 1)} calls; "
+            f"{self.source}"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "joules": self.joules,
+            "low": self.low,
+            "high": self.high,
+            "power_w": self.power_w,
+            "idle_w": self.idle_w,
+            "windows": self.windows,
+            "calls": self.calls,
+            "seconds": self.seconds,
+            "source": self.source,
+            "covers": self.covers,
+            "stop_reason": self.stop_reason,
+            "confidence": self.confidence,
+            "per_window": list(self.per_window),
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Energy:
+        """The inverse of :meth:`to_dict` (a stored record); ValueError naming the field that is missing or wrong."""
+        try:
+            return cls(
+                joules=float(data["joules"]),
+                low=float(data["low"]),
+                high=float(data["high"]),
+                power_w=float(data["power_w"]),
+                idle_w=float(data["idle_w"]),
+                windows=int(data["windows"]),
+                calls=int(data["calls"]),
+                seconds=float(data["seconds"]),
+                source=str(data["source"]),
+                covers=str(data["covers"]),
+                stop_reason=str(data["stop_reason"]),
+                confidence=float(data.get("confidence", 0.99)),
+                per_window=tuple(float(v) for v in data.get("per_window", ())),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"an energy record needs joules, low, high, power_w, idle_w, ...: {exc!r}") from None
+
+
+def _j(joules: float) -> str:
+    """Joules with a unit that keeps 3-4 digits: ``10.4 mJ``, ``66 uJ``, ``1.2 J``."""
+    for scale, unit in ((1.0, "J"), (1e-3, "mJ"), (1e-6, "uJ")):
+        if abs(joules) >= scale:
+            return f"{joules / scale:.3g} {unit}"
+    return f"{joules / 1e-9:.3g} nJ"
+
+
+# -- the clocks: where a window's edges fall and the energy up to them ---------------------------------------------
+class _CounterClock:
+    """Edges at the updates of a cumulative counter: :meth:`mark` waits for the counter's next change."""
+
+    def __init__(self, source: PowerSource, sleep: Callable[[float], None] = time.sleep) -> None:
+        self.source = source
+        self.sleep = sleep
+        self.timeout_s = 3 * source.update_period_s + 0.05
+
+    def mark(self) -> tuple[float, float]:
+        """(time, joules) at the counter's next update after now (its last reading where none comes in time)."""
+        first = self.source.read()
+        deadline = first.t + self.timeout_s
+        reading = first
+        while reading.value == first.value and reading.t < deadline:
+            self.sleep(0.0005)
+            reading = self.source.read()
+        return reading.t, reading.value
+
+    def close(self) -> None:
+        return None
+
+
+class _PowerClock:
+    """A thread reads an instantaneous power every half update period; :meth:`mark` reads once more and gives the
+    energy integrated (trapezoids) from the first reading to that one."""
+
+    def __init__(self, source: PowerSource) -> None:
+        self.source = source
+        self.readings: list[Reading] = [source.read()]
+        self.lock = threading.Lock()
+        self.stop = threading.Event()
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._poll, name="jetmem-power", daemon=True)
+        self.thread.start()
+
+    def _poll(self) -> None:
+        interval = max(self.source.update_period_s / 2, 0.001)
+        while not self.stop.wait(interval):
+            try:
+                self._add(self.source.read())
+            except BaseException as exc:  # handed to the measuring thread at its next mark
+                self.error = exc
+                return
+
+    def _add(self, reading: Reading) -> None:
+        with self.lock:
+            if reading.t > self.readings[-1].t:
+                self.readings.append(reading)
+
+    def mark(self) -> tuple[float, float]:
+        if self.error is not None:
+            raise self.error
+        self._add(self.source.read())
+        with self.lock:
+            readings = list(self.readings)
+        joules = sum((b.t - a.t) * (a.value + b.value) / 2 for a, b in itertools.pairwise(readings))
+        return readings[-1].t, joules
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join()
+
+
+# -- measuring ---------------------------------------------------------------------------------------------------
+def measure_energy(
+    source: PowerSource,
+    works: Sequence[Work],
+    seconds_per_call: Sequence[float],
+    rule: EnergyRule | None = None,
+    *,
+    sleep: Callable[[float], None] = time.sleep,
+    now: Callable[[], float] = time.monotonic,
+) -> list[Energy]:
+    """The energy of one call of each of ``works``, measured in turns (see the module doc).
+
+    ``seconds_per_call``: a first guess of each work's time per call (its timing); the windows adapt to what they
+    take. ``sleep`` and ``now`` are the clock (``time.sleep``, ``time.monotonic``; tests step their own).
+    :class:`~pytest_jetmem.machine.power.PowerReadError` passes through where the source cannot be read.
+    """
+    rule = rule or EnergyRule()
+    if len(works) != len(seconds_per_call) or not works:
+        raise ValueError(f"measure_energy: {len(works)} works and {len(seconds_per_call)} times per call")
+    window_s = rule.window_s(source.update_period_s)
+    per_call_s = [max(s, 1e-7) for s in seconds_per_call]
+    clock: _CounterClock | _PowerClock = (
+        _CounterClock(source, sleep) if source.kind == "energy" else _PowerClock(source)
+    )
+    windows: list[Window] = []
+    start = now()
+    reason = "time"
+    try:
+        t, e = clock.mark()
+        t, e = _window(clock, windows, None, 0, lambda: sleep(window_s), t, e)
+        while True:
+            for i, work in enumerate(works):
+                calls = max(1, math.ceil(window_s / per_call_s[i]))
+                took: list[float] = []
+                run = functools.partial(_timed_run, work, calls, took, now)
+                t, e = _window(clock, windows, i, calls, run, t, e, took)
+                per_call_s[i] = max(took[0] / calls, 1e-7)
+            t, e = _window(clock, windows, None, 0, lambda: sleep(window_s), t, e)
+            estimates = [per_call(windows, i, rule.confidence) for i in range(len(works))]
+            n = min(est[3] for est in estimates)
+            if n >= rule.min_windows and all(_narrow(est, rule.target_rel) for est in estimates):
+                reason = "interval"
+                break
+            if now() - start >= rule.max_time_s and n >= 1:
+                break
+    finally:
+        clock.close()
+    return [_energy(windows, i, source, reason, rule.confidence) for i in range(len(works))]
+
+
+def _timed_run(work: Work, calls: int, took: list[float], now: Callable[[], float]) -> None:
+    t0 = now()
+    work(calls)
+    took.append(now() - t0)
+
+
+def _window(
+    clock: _CounterClock | _PowerClock,
+    windows: list[Window],
+    work: int | None,
+    calls: int,
+    run: Callable[[], None],
+    t: float,
+    e: float,
+    busy: list[float] | None = None,
+) -> tuple[float, float]:
+    run()
+    t2, e2 = clock.mark()
+    windows.append(Window(work, t2 - t, e2 - e, calls, busy[0] if busy else 0.0))
+    return t2, e2
+
+
+def _narrow(estimate: tuple[float, float, float, int], target_rel: float) -> bool:
+    mean, low, high, _ = estimate
+    return math.isfinite(low) and mean != 0 and (high - low) / 2 <= target_rel * abs(mean)
+
+
+def per_call(windows: Sequence[Window], work: int, confidence: float = 0.99) -> tuple[float, float, float, int]:
+    """(mean, low, high, n) of the joules per call of ``work`` over its windows that lie between two idle windows,
+    each less the mean power of those two over its span; low and high are Student's t interval (nan with one
+    window, none with none)."""
+    nets = [net for net, _ in _nets(windows, work)]
+    n = len(nets)
+    if n == 0:
+        return math.nan, math.nan, math.nan, 0
+    mean = sum(nets) / n
+    if n == 1:
+        return mean, math.nan, math.nan, 1
+    sd = math.sqrt(sum((v - mean) ** 2 for v in nets) / (n - 1))
+    half = student_t_ppf(0.5 + confidence / 2, n - 1) * sd / math.sqrt(n)
+    return mean, mean - half, mean + half, n
+
+
+def _nets(windows: Sequence[Window], work: int) -> list[tuple[float, float]]:
+    """Each bracketed window of ``work``: (its joules less the idle watts over its span, per call; the watts drawn
+    while its calls ran: the window's energy less the idle power over its wait for the sensor, over the time they
+    ran)."""
+    idle_at = [i for i, w in enumerate(windows) if w.work is None]
+    nets = []
+    for before, after in itertools.pairwise(idle_at):
+        idle_w = (windows[before].watts + windows[after].watts) / 2
+        for w in windows[before + 1 : after]:
+            if w.work == work and w.calls > 0:
+                busy_w = (w.joules - idle_w * (w.seconds - w.busy_s)) / w.busy_s if w.busy_s > 0 else math.nan
+                nets.append(((w.joules - idle_w * w.seconds) / w.calls, busy_w))
+    return nets
+
+
+def _energy(windows: Sequence[Window], work: int, source: PowerSource, reason: str, confidence: float) -> Energy:
+    mean, low, high, n = per_call(windows, work, confidence)
+    mine = [w for w in windows if w.work == work]
+    idle = [w for w in windows if w.work is None]
+    nets = _nets(windows, work)
+    return Energy(
+        joules=mean,
+        low=low,
+        high=high,
+        power_w=sum(w for _, w in nets) / len(nets) if nets else math.nan,
+        idle_w=sum(w.joules for w in idle) / sum(w.seconds for w in idle),
+        windows=n,
+        calls=sum(w.calls for w in mine),
+        seconds=sum(w.seconds for w in mine),
+        source=source.name,
+        covers=source.covers,
+        stop_reason=reason,
+        confidence=confidence,
+        per_window=tuple(net for net, _ in nets),
+    )
