@@ -193,3 +193,11 @@ class StoreError(JetmemError):
         self.reason = reason
         self.kind = kind
         super().__init__(f"{url}: {reason}")
+
+
+class PowerReadError(JetmemError):
+    """A power source could not be read; the message says which file or NVML call failed, and how."""
+
+
+class EnergyUnavailable(JetmemError):
+    """``--jetmem-energy=on`` and this machine has no power source that works; the message names the test and why."""

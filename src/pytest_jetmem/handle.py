@@ -27,6 +27,7 @@ from pytest_jetmem.cuda.workspace import Workspace, open_workspace
 from pytest_jetmem.errors import hide_for_user_errors
 from pytest_jetmem.measure import timing
 from pytest_jetmem.measure.duet import Duet
+from pytest_jetmem.measure.energy import EnergySetup
 from pytest_jetmem.measure.stats import StoppingRule
 from pytest_jetmem.measure.timing import MeasureCall, Measurement, Sampler
 
@@ -49,6 +50,7 @@ class Jetmem:
         *,
         stopping_rule: StoppingRule | None = None,
         duet: Duet | None = None,
+        energy: EnergySetup | None = None,
         on_measure: Callable[[Measurement, MeasureCall], None] | None = None,
     ) -> None:
         """Everything the runners need is given here, nothing is set on the handle afterwards.
@@ -56,12 +58,14 @@ class Jetmem:
         ``workspace``: the test's buffers, kernels and stream work, built with its observers (Tegra-strict mode,
         the no-GPU check); the caller keeps it and closes it. ``stopping_rule``: the session's
         (``--jetmem-noise``, ``--jetmem-max-time``); ``duet``: under ``--jetmem-against``, the channel to the other
-        side, ``measure()`` takes turns with it; ``on_measure``: called with each ``measure()`` result and the call
+        side, ``measure()`` takes turns with it; ``energy``: where each ``measure()`` reads its energy per call
+        (``--jetmem-energy``; None: not measured); ``on_measure``: called with each ``measure()`` result and the call
         that made it (the runners keep the calls, to sample them again side by side).
         """
         self._ws = workspace
         self._stopping_rule = stopping_rule or StoppingRule()
         self._duet = duet
+        self._energy = energy
         self._on_measure = on_measure
         self.measurements: list[Measurement] = []  # every jetmem.measure() result, in call order
 
@@ -230,6 +234,7 @@ class Jetmem:
             rule=rule or self._stopping_rule,
             flush_l2=flush_l2,
             duet=self._duet,
+            energy=self._energy,
         )
         self.measurements.append(m)
         if self._on_measure is not None:

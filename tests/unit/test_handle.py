@@ -160,6 +160,7 @@ def test_runner_needs_are_constructor_arguments(jm: Jetmem) -> None:
     """What the plugin used to set on a handle (observers, the --jetmem-against channel, the measure calls'
     sink) goes to the constructor: the observers to the workspace's, the rest to the handle's."""
     params = inspect.signature(Jetmem).parameters
-    assert list(params) == ["workspace", "stopping_rule", "duet", "on_measure"]
-    assert all(params[n].kind is inspect.Parameter.KEYWORD_ONLY for n in ("stopping_rule", "duet", "on_measure"))
+    assert list(params) == ["workspace", "stopping_rule", "duet", "energy", "on_measure"]
+    keywords = ("stopping_rule", "duet", "energy", "on_measure")
+    assert all(params[n].kind is inspect.Parameter.KEYWORD_ONLY for n in keywords)
     assert inspect.signature(Workspace).parameters["observers"].kind is inspect.Parameter.KEYWORD_ONLY

@@ -160,6 +160,15 @@ class Device:
         """The SM clock and slowdown reasons now, where the driver backend can tell (else None)."""
         return self.drv.clock_state(self._dev)
 
+    def nvml_energy_mj(self) -> int | None:
+        """The GPU's NVML energy counter (mJ since the driver loaded), or None where NVML cannot say
+        (``drv.nvml_error("total_energy")`` says why)."""
+        return self.drv.nvml_total_energy_mj(self._dev)
+
+    def nvml_power_mw(self) -> int | None:
+        """The GPU board's NVML power draw (mW), or None where NVML cannot say (``drv.nvml_error("power_usage")``)."""
+        return self.drv.nvml_power_usage_mw(self._dev)
+
     def free_memory(self) -> int:
         return self.drv.mem_get_info()[0]
 

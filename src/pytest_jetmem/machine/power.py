@@ -37,7 +37,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from pytest_jetmem.errors import JetmemError
+from pytest_jetmem.errors import PowerReadError
 from pytest_jetmem.machine.jetson import read_jetson_state
 
 __all__ = [
@@ -71,10 +71,6 @@ Kind = Literal["energy", "power"]
 #: (VDD_CPU_GPU_CV); a GPU board as NVML sees it (the GPU, its memory and circuitry); the module's input (every rail
 #: of the module); the board's input (module and carrier); or another rail (CPU, memory, SoC, 5 V system).
 Covers = Literal["gpu", "gpu+soc", "cpu+gpu+cv", "gpu-board", "module", "board", "other"]
-
-
-class PowerReadError(JetmemError):
-    """A power source could not be read; the message says which file or NVML call failed, and how."""
 
 
 @dataclass(frozen=True)

@@ -50,7 +50,8 @@ def benchmark_json(records: Iterable[MeasurementRecord], machine: Mapping[str, o
 
 def _entry(record: MeasurementRecord, stats: dict[str, object]) -> dict[str, object]:
     """The pytest-benchmark entry of ``record`` with its ``stats``; ``extra_info`` holds what pytest-benchmark
-    has no field for (``um_counters`` only where the unified-memory counters were measured)."""
+    has no field for (``um_counters`` only where the unified-memory counters were measured, ``energy`` only where
+    energy was)."""
     ident, judgement = record.identity, record.judgement
     name = ident.nodeid.rsplit("::", 1)[-1]
     side, cmp = judgement.ratio, judgement.baseline
@@ -69,6 +70,7 @@ def _entry(record: MeasurementRecord, stats: dict[str, object]) -> dict[str, obj
             "baseline_change_pct": cmp.change_pct if isinstance(cmp, BaselineComparison) else None,
             "verdict": judgement.verdict.value,
             **({"um_counters": record.counters.to_json()} if record.counters is not None else {}),
+            **({"energy": record.energy.to_dict()} if record.energy is not None else {}),
         },
         "options": {"timer": "cuda events" if ident.scope == "kernel" else "perf_counter", "warmup": True},
         "stats": stats,

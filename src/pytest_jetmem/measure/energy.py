@@ -33,12 +33,24 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from pytest_jetmem.errors import EnergyUnavailable
 from pytest_jetmem.measure.stats import student_t_ppf
 
 if TYPE_CHECKING:
-    from pytest_jetmem.machine.power import PowerSource, Reading
+    from pytest_jetmem.cuda.device import Device
+    from pytest_jetmem.machine.power import PowerSource, Reading, Sources
 
-__all__ = ["Energy", "EnergyRule", "Window", "measure_energy", "per_call"]
+__all__ = [
+    "Energy",
+    "EnergyRule",
+    "EnergySetup",
+    "EnergyUnavailable",
+    "Window",
+    "find_power",
+    "measure_energy",
+    "per_call",
+]
+
 
 #: ``run(calls)``: run ``calls`` calls of the work and return once they are finished.
 Work = Callable[[int], None]
@@ -118,6 +130,11 @@ class Energy:
             return math.inf
         return (self.high - self.low) / 2 / abs(self.joules)
 
+    def short(self) -> str:
+        """A table cell: ``10.4 mJ ±2.9%, 424 W`` (the 99% interval's half-width; ``±?`` without an interval)."""
+        spread = f"±{self.rel_halfwidth:.1%}" if math.isfinite(self.rel_halfwidth) else "±?"
+        return f"{_j(self.joules)} {spread}, {self.power_w:.3g} W"
+
     def describe(self) -> str:
         """``1.23 mJ a call (99%: 1.20-1.26), 310 W working over 290 W idle, 6 windows; NVML energy counter, ...``."""
         interval = f"{_j(self.low)}-{_j(self.high)}" if math.isfinite(self.rel_halfwidth) else "no interval"
@@ -128,10 +145,11 @@ class Energy:
         )
 
     def to_dict(self) -> dict[str, Any]:
+        """A JSON-safe dict: an interval that does not exist (one window) is ``null``, not NaN."""
         return {
             "joules": self.joules,
-            "low": self.low,
-            "high": self.high,
+            "low": self.low if math.isfinite(self.low) else None,
+            "high": self.high if math.isfinite(self.high) else None,
             "power_w": self.power_w,
             "idle_w": self.idle_w,
             "windows": self.windows,
@@ -150,8 +168,8 @@ class Energy:
         try:
             return cls(
                 joules=float(data["joules"]),
-                low=float(data["low"]),
-                high=float(data["high"]),
+                low=math.nan if data["low"] is None else float(data["low"]),
+                high=math.nan if data["high"] is None else float(data["high"]),
                 power_w=float(data["power_w"]),
                 idle_w=float(data["idle_w"]),
                 windows=int(data["windows"]),
@@ -165,6 +183,48 @@ class Energy:
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"an energy record needs joules, low, high, power_w, idle_w, ...: {exc!r}") from None
+
+
+@dataclass(frozen=True)
+class EnergySetup:
+    """A session's energy measurement: the source it reads (None: none works, ``reason`` says why), the rule, and
+    whether one is required (``--jetmem-energy=on``: a measurement without it fails)."""
+
+    source: PowerSource | None
+    rule: EnergyRule = field(default_factory=lambda: EnergyRule())
+    reason: str = ""
+    required: bool = False
+
+    def usable(self, nodeid: str) -> PowerSource | None:
+        """The source to read; None where there is none and none is required; :class:`EnergyUnavailable` naming the
+        test, the option and why where one is required and none works."""
+        if self.source is None and self.required:
+            raise EnergyUnavailable(
+                f"{nodeid}: --jetmem-energy=on, but this machine has no power source that works: {self.reason} "
+                "(use --jetmem-energy=auto to measure energy only where a source is found)"
+            )
+        return self.source
+
+    def header(self) -> str:
+        """The session header's line: what energy is read from, or why it is not measured."""
+        if self.source is None:
+            return f"jetmem: energy: not measured: {self.reason}"
+        return f"jetmem: energy per call: {self.source.name} ({self.source.includes})"
+
+
+def find_power(device: Device, policy: str, sysroot: str) -> EnergySetup | None:
+    """The energy setup of a session on ``device`` under ``policy`` (``--jetmem-energy``: ``auto``, ``on``; None for
+    ``off``):
+    the module's or board's total where the machine has one (a Jetson's input rail: what a memory mode costs shows
+    in the memory and the CPU as much as in the GPU), else the GPU's (NVML's board counter on a discrete GPU)."""
+    if policy == "off":
+        return None
+    from pytest_jetmem.machine.power import NvmlReads, find_sources
+
+    nvml = NvmlReads(device.nvml_energy_mj, device.nvml_power_mw, device.drv.nvml_error, device.info.name)
+    sources: Sources = find_sources(sysroot, nvml=nvml)
+    source = sources.total or sources.gpu
+    return EnergySetup(source, reason=sources.reason if source is None else "", required=policy == "on")
 
 
 def _j(joules: float) -> str:

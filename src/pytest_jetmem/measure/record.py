@@ -18,7 +18,8 @@ and, where they apply: ``run_rounds`` (measured in turns), ``clocks`` and ``thro
 ``ratio``, ``ratio_ci``, ``relative_to``, ``reference_median`` (a side-by-side ratio), ``baseline`` with
 ``baseline_change_pct``, ``baseline_ci``, ``baseline_unit``, ``baseline_reason`` (a comparison) or with
 ``baseline_note`` (why nothing was compared: :class:`NotComparedWhy`), ``against`` and ``base_samples``
-(``--jetmem-against``), ``um_counters`` (unified-memory counters, :mod:`pytest_jetmem.measure.counters`).
+(``--jetmem-against``), ``um_counters`` (unified-memory counters, :mod:`pytest_jetmem.measure.counters`),
+``energy`` (energy per call, :mod:`pytest_jetmem.measure.energy`).
 Readers ignore keys they do not know; a change of meaning bumps :data:`RECORD_VERSION`.
 An object without ``"version"`` (written before records were versioned) holds version 1's keys.
 
@@ -38,6 +39,7 @@ from typing import TYPE_CHECKING, TypeVar
 from pytest_jetmem.errors import RecordError, RecordVersionError
 from pytest_jetmem.measure.compare import Comparison, Verdict
 from pytest_jetmem.measure.counters import UnifiedMemoryCounters
+from pytest_jetmem.measure.energy import Energy
 from pytest_jetmem.validate import is_int, is_number
 
 if TYPE_CHECKING:
@@ -269,6 +271,8 @@ class MeasurementRecord:
     judgement: Judgement
     #: Unified-memory counters (bytes migrated, page faults) where they were measured; None: not measured.
     counters: UnifiedMemoryCounters | None = None
+    #: Energy per call (``--jetmem-energy``) where it was measured; None: not measured.
+    energy: Energy | None = None
 
     @property
     def nodeid(self) -> str:
@@ -298,6 +302,7 @@ class MeasurementRecord:
             **_statistics_json(self.statistics),
             **_conditions_json(self.conditions),
             **({"um_counters": self.counters.to_json()} if self.counters is not None else {}),
+            **({"energy": self.energy.to_dict()} if self.energy is not None else {}),
             **_judgement_json(self.judgement),
         }
 
@@ -312,7 +317,7 @@ class MeasurementRecord:
         conditions = _conditions(obj)
         raw_counters = obj.get("um_counters")
         counters = UnifiedMemoryCounters.from_json(raw_counters) if raw_counters is not None else None
-        return cls(identity, stats, conditions, _judgement(obj), counters)
+        return cls(identity, stats, conditions, _judgement(obj), counters, _energy(obj))
 
 
 # -- the record as JSON, part by part (in the object's key order) -----------------------------------------------
@@ -512,6 +517,16 @@ def _against(obj: JsonObject) -> Against | None:
     )
 
 
+def _energy(obj: JsonObject) -> Energy | None:
+    raw = obj.get("energy")
+    if raw is None:
+        return None
+    try:
+        return Energy.from_dict(dict(_object(raw, "energy")))
+    except ValueError as exc:
+        raise RecordError(f"energy: {exc}") from None
+
+
 def _judgement(obj: JsonObject) -> Judgement:
     ratio = _side_by_side(obj)
     baseline = _baseline(obj)
@@ -538,6 +553,7 @@ class RecordBuilder:
     baseline: BaselineComparison | NotCompared | None = None
     against: Against | None = None
     counters: UnifiedMemoryCounters | None = None
+    energy: Energy | None = None
 
     @classmethod
     def measured(cls, nodeid: str, m: Measurement) -> RecordBuilder:
@@ -562,6 +578,7 @@ class RecordBuilder:
             ),
             Conditions(clocks, tuple(m.throttled)),
             counters=m.counters,
+            energy=m.energy,
         )
 
     @classmethod
@@ -579,12 +596,15 @@ class RecordBuilder:
             judge.baseline,
             judge.against,
             record.counters,
+            record.energy,
         )
 
     def build(self, default: RecordVerdict = RecordVerdict.REPORTED) -> MeasurementRecord:
         """The record, with verdict ``default`` where none was decided."""
         judgement = Judgement(self.verdict or default, self.ratio, self.baseline, self.against)
-        return MeasurementRecord(self.identity, self.statistics, self.conditions, judgement, self.counters)
+        return MeasurementRecord(
+            self.identity, self.statistics, self.conditions, judgement, self.counters, self.energy
+        )
 
 
 # -- reading JSON values -----------------------------------------------------------------------------------------

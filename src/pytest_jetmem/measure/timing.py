@@ -31,8 +31,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from pytest_jetmem.errors import PowerReadError
 from pytest_jetmem.machine.jetson import gpu_clock_state, sysroot
 from pytest_jetmem.measure.counters import CounterSample, UnifiedMemoryCounters
+from pytest_jetmem.measure.energy import Energy, EnergySetup, measure_energy
 from pytest_jetmem.measure.stats import StoppingRule, Summary, summarize
 
 if TYPE_CHECKING:
@@ -79,6 +81,9 @@ class Measurement:
     #: host first; the first call itself is timed uncounted) and of :data:`STEADY_CALLS` calls after it (None: not
     #: counted: a mode that does not migrate pages, counters off or not available, measured in turns).
     counters: UnifiedMemoryCounters | None = None
+    #: Energy per call (``--jetmem-energy``), measured after the samples in windows of back-to-back calls with the
+    #: idle power between them taken out (:mod:`pytest_jetmem.measure.energy`); None: not measured.
+    energy: Energy | None = None
 
     @property
     def throttled(self) -> list[str]:
@@ -110,9 +115,10 @@ class Measurement:
     def describe(self) -> str:
         s = self.summary
         first = f", first call {self.first_call_ms:.4g} ms" if self.first_call_ms is not None else ""
+        energy = f"; energy {self.energy.describe()}" if self.energy is not None else ""
         return (
             f"{self.mode} {self.key}: median {s.median:.4g} ms (MAD {s.mad:.2g}, p5 {s.p5:.4g}, p95 {s.p95:.4g}, "
-            f"n={s.n}){first}"
+            f"n={s.n}){first}{energy}"
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -130,6 +136,7 @@ class Measurement:
             "run_rounds": self.run_rounds,
             "clocks": self.clocks,
             "um_counters": self.counters.to_json() if self.counters is not None else None,
+            "energy": self.energy.to_dict() if self.energy is not None else None,
             "summary": self.summary.to_dict() if self.samples else None,
         }
 
@@ -245,18 +252,23 @@ def measure(
     rule: StoppingRule | None = None,
     flush_l2: bool = False,
     duet: Duet | None = None,
+    energy: EnergySetup | None = None,
 ) -> Measurement:
     """Time ``fn`` (work queued on the workspace's stream) in ``ws``'s mode; see the module docstring.
 
     With ``duet`` (``--jetmem-against``), the call meets the other side and the two take turns, a batch each
-    (:mod:`pytest_jetmem.measure.duet`); no counters are taken then. Returns the measurement; the caller records it.
+    (:mod:`pytest_jetmem.measure.duet`); no counters and no energy are taken then. With ``energy`` (and a source),
+    the energy per call is measured after the samples, under the same lock (:func:`energy_of`). Returns the
+    measurement; the caller records it.
     """
     if warmup < 0:
         raise ValueError(f"{ws.nodeid}: measure: warmup must be >= 0, got {warmup}")
     rule = rule or StoppingRule()
+    source = energy.usable(ws.nodeid) if energy is not None else None
     sampler = Sampler(ws, fn, scope, inputs, outputs, flush_l2)
     rounds: list[list[float]] = []
     counters: UnifiedMemoryCounters | None = None
+    joules: Energy | None = None
     try:
         device = ws.session.device
         warm: list[ClockState | None] = [None]  # the clocks right after the warm-up (an idle GPU clocks down)
@@ -276,6 +288,8 @@ def measure(
                     counters = _cold_replay(ws, collector, sampler)
                     if counters is None:
                         collector.miss(ws.mode)
+                if source is not None and energy is not None:
+                    joules = energy_of(ws, sampler, samples, energy)
         clocks = clock_record(warm[0], clock_state(device))
         m = Measurement(
             label=label,
@@ -291,10 +305,38 @@ def measure(
             run_rounds=[rounds] if rounds else [],
             clocks=clocks,
             counters=counters,
+            energy=joules,
         )
     finally:
         sampler.close()
     return m
+
+
+def energy_of(ws: Workspace, sampler: Sampler, samples_ms: Sequence[float], setup: EnergySetup) -> Energy | None:
+    """The energy per call of the sampler's work (:func:`~pytest_jetmem.measure.energy.measure_energy`): in the
+    ``kernel`` scope its calls back to back on the stream (no events, no blocker), then a synchronisation; in
+    ``end_to_end`` each call as sampled (the host's writes and reads with it). A source that stops reading fails the
+    measurement where energy is required (``--jetmem-energy=on``), else a warning says why it has none."""
+    assert setup.source is not None
+    fn = sampler.fn
+
+    def run(calls: int) -> None:
+        if sampler.scope == "kernel":
+            for _ in range(calls):
+                fn()
+            ws.synchronize()
+        else:
+            for _ in range(calls):
+                sampler.sample()
+
+    try:
+        (joules,) = measure_energy(setup.source, [run], [float(np.median(samples_ms)) / 1e3], setup.rule)
+    except PowerReadError as exc:
+        if setup.required:
+            raise
+        warnings.warn(f"{ws.nodeid}: energy not measured: {exc}", stacklevel=3)
+        return None
+    return joules
 
 
 def _collector(ws: Workspace) -> CounterCollector | None:

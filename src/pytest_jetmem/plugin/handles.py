@@ -21,6 +21,7 @@ if TYPE_CHECKING:  # imported where used: loading the plugin imports neither the
     from pytest_jetmem.cuda.workspace import WorkObserver, Workspace
     from pytest_jetmem.handle import Jetmem
     from pytest_jetmem.measure.duet import Duet
+    from pytest_jetmem.measure.energy import EnergySetup
     from pytest_jetmem.measure.stats import StoppingRule
     from pytest_jetmem.measure.timing import MeasureCall, Measurement
 
@@ -32,6 +33,7 @@ class HandleRecipe:
     session: CudaSession
     stopping_rule: StoppingRule | None = None
     duet: Duet | None = None
+    energy: EnergySetup | None = None
 
     def open(self, mode: str, nodeid: str, observers: Sequence[WorkObserver] = ()) -> OpenHandle:
         """A new workspace in ``mode`` and the handle that holds it; its measure calls are collected in the
@@ -41,7 +43,9 @@ class HandleRecipe:
 
         workspace = Workspace(self.session, mode, nodeid, observers=observers)
         opened = OpenHandle(self, workspace)
-        opened.handle = Jetmem(workspace, stopping_rule=self.stopping_rule, duet=self.duet, on_measure=opened.sink)
+        opened.handle = Jetmem(
+            workspace, stopping_rule=self.stopping_rule, duet=self.duet, energy=self.energy, on_measure=opened.sink
+        )
         return opened
 
 

@@ -254,6 +254,9 @@ def _device_lines(config: pytest.Config) -> list[str]:
             lines.append(f"jetmem: NVRTC library: {line}")
     if not avail.ok:
         lines.append(f"jetmem: GPU tests will be skipped: {avail.reason}")
+    energy = device_session(config).energy()
+    if energy is not None:
+        lines.append(energy.header())
     return lines
 
 
@@ -349,7 +352,8 @@ def jetmem(request: pytest.FixtureRequest, memmode: str) -> Iterator[Jetmem]:
         return
     nodeid = request.node.nodeid
     observers = added.observers(session.cuda.device.stream, nodeid)
-    opened = HandleRecipe(session.cuda, session.stopping_rule, added.current_duet()).open(memmode, nodeid, observers)
+    recipe = HandleRecipe(session.cuda, session.stopping_rule, added.current_duet(), session.energy())
+    opened = recipe.open(memmode, nodeid, observers)
     remember(request.node, opened)
     try:
         yield opened.handle

@@ -29,6 +29,8 @@ GROUP_DESCRIPTION = "memory-mode testing of CUDA code (pytest-jetmem)"
 AMBIGUOUS_POLICIES = ("pass", "warn", "fail")
 ADVICE_CHOICES = ("on", "off")
 COUNTERS_POLICIES = ("auto", "off")
+#: ``--jetmem-energy``: ``auto`` measures where a power source works, ``on`` requires one, ``off`` never measures.
+ENERGY_POLICIES = ("auto", "on", "off")
 
 
 @dataclass(frozen=True)
@@ -197,6 +199,16 @@ SETTINGS: tuple[Setting, ...] = (
         "3 steady calls after it: auto (default: where CUPTI can give them) or off, in any case",
         choices=COUNTERS_POLICIES,
         ini_help="unified-memory counters: auto or off",
+        ini_default="auto",
+    ),
+    Setting(
+        "energy",
+        "energy per call of every measurement (joules, with a 99 percent interval, and the power drawn), read from "
+        "NVML's energy counter on a discrete GPU or a Jetson's power-monitor rails, the work repeated in windows with "
+        "the idle power between them taken out (about 1.5-2 s per measurement): auto (default: where a power source "
+        "works), on (a measurement without one fails, saying why) or off",
+        choices=ENERGY_POLICIES,
+        ini_help="energy per call: auto, on or off",
         ini_default="auto",
     ),
     # the concurrency half

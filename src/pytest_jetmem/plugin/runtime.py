@@ -64,7 +64,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     options.add(
         parser,
         *("save", "compare", "fail", "baseline_dir", "strict_machine", "overwrite", "ambiguous"),
-        *("window", "runs", "benchmark_json", "max_time", "noise", "counters"),
+        *("window", "runs", "benchmark_json", "max_time", "noise", "counters", "energy"),
     )
 
 
@@ -82,6 +82,7 @@ def pytest_configure(config: pytest.Config) -> None:
     device = device_session(config)
     device.set_stopping_rule(target_rel_noise=noise, max_time_s=max_time)
     device.count_unified_memory = _counters_policy(config) == "auto"
+    device.energy_policy = _policy(config, "energy", options.ENERGY_POLICIES)
     bdir = options.get_str(config, "baseline_dir") or ".jetmem/baselines"
     gate = GateSession(
         device=device,
@@ -138,10 +139,15 @@ def _ambiguous_policy(config: pytest.Config) -> str:
 
 
 def _counters_policy(config: pytest.Config) -> str:
-    value, source = options.raw(config, "counters")
+    return _policy(config, "counters", options.COUNTERS_POLICIES)
+
+
+def _policy(config: pytest.Config, name: str, choices: tuple[str, ...]) -> str:
+    """The setting ``name`` (option, else ini key), one of ``choices``; a UsageError naming where it came from."""
+    value, source = options.raw(config, name)
     text = str(value).strip().lower()
-    if text not in options.COUNTERS_POLICIES:
-        raise pytest.UsageError(f"{source}: expected one of {', '.join(options.COUNTERS_POLICIES)}, got {value!r}")
+    if text not in choices:
+        raise pytest.UsageError(f"{source}: expected one of {', '.join(choices)}, got {value!r}")
     return text
 
 
@@ -571,17 +577,19 @@ _TABLE_HEADER = (
 
 def format_table(rows: Sequence[MeasurementRecord]) -> list[str]:
     """One row per test, mode and measurement: median, spread, ratio, first call, baseline delta, verdict (and the
-    unified-memory counters where any were counted: no column of zeros where nothing was)."""
+    unified-memory counters where any were counted, the energy per call where any was measured: no column of
+    zeros where nothing was)."""
     counted = any(r.counters is not None for r in rows)
-    header = (*_TABLE_HEADER, "unified memory") if counted else _TABLE_HEADER
-    return _aligned(header, [_cells(r, counted=counted) for r in rows])
+    energy = any(r.energy is not None for r in rows)
+    header = (*_TABLE_HEADER, *(("unified memory",) if counted else ()), *(("energy / call",) if energy else ()))
+    return _aligned(header, [_cells(r, counted=counted, energy=energy) for r in rows])
 
 
-def _cells(r: MeasurementRecord, *, counted: bool) -> tuple[str, ...]:
+def _cells(r: MeasurementRecord, *, counted: bool, energy: bool = False) -> tuple[str, ...]:
     """The table's cells of record ``r``."""
     stats, judgement = r.statistics, r.judgement
     side = judgement.ratio
-    cells = (
+    cells: tuple[str, ...] = (
         r.nodeid.rsplit("::", 1)[-1],
         r.mode,
         r.key,
@@ -593,9 +601,11 @@ def _cells(r: MeasurementRecord, *, counted: bool) -> tuple[str, ...]:
         _baseline_cell(judgement.baseline)[:40],
         judgement.verdict.value,
     )
-    if not counted:
-        return cells
-    return (*cells, r.counters.summary() if r.counters is not None else "")
+    if counted:
+        cells = (*cells, r.counters.summary() if r.counters is not None else "")
+    if energy:
+        cells = (*cells, r.energy.short() if r.energy is not None else "")
+    return cells
 
 
 def _baseline_cell(cmp: BaselineComparison | NotCompared | None) -> str:

@@ -29,6 +29,7 @@ if TYPE_CHECKING:  # imported where used: a run without jetmem tests loads neith
     from pytest_jetmem.machine.fingerprint import Machine
     from pytest_jetmem.machine.jetson import JetsonState
     from pytest_jetmem.measure.baseline import Baseline, BaselineStore, Entry
+    from pytest_jetmem.measure.energy import EnergySetup
     from pytest_jetmem.measure.record import MeasurementRecord, NotCompared
     from pytest_jetmem.measure.stats import StoppingRule
 
@@ -54,6 +55,10 @@ class DeviceSession:
         #: whether measurements in modes that migrate pages take CUPTI's unified-memory counters
         #: (``--jetmem-counters``: the runtime half sets it)
         self.count_unified_memory = False
+        #: ``--jetmem-energy`` (auto, on, off: the runtime half sets it); the setup is found once the device is open
+        self.energy_policy = "off"
+        self._energy: EnergySetup | None = None
+        self._energy_found = False
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> DeviceSession:
@@ -102,6 +107,16 @@ class DeviceSession:
                 counters = CounterCollector(device.drv, device.info.ordinal) if self.count_unified_memory else None
                 self.cuda = CudaSession(device, cache, include_dirs=include_dirs(self.config), counters=counters)
         return self._availability
+
+    def energy(self) -> EnergySetup | None:
+        """What measurements read their energy from (None: ``off``, or no device), found once per session."""
+        if not self._energy_found and self.cuda is not None:
+            from pytest_jetmem.machine.jetson import sysroot
+            from pytest_jetmem.measure.energy import find_power
+
+            self._energy = find_power(self.cuda.device, self.energy_policy, str(sysroot()))
+            self._energy_found = True
+        return self._energy
 
     @property
     def broken(self) -> str | None:

@@ -181,8 +181,17 @@ def _counters_td(r: MeasurementRecord) -> Markup:
     return Markup(f"<td>{esc(r.counters.summary() if r.counters is not None else '')}</td>")
 
 
-def _table_row(r: MeasurementRecord, g: Group, counted: bool) -> Markup:
-    """One ``<tr>`` of the table: the row ``r`` of test ``g``; ``counted``: with the counters' column."""
+def _energy_td(r: MeasurementRecord) -> Markup:
+    """The energy-per-call cell (empty where the row has none), its full account in the tooltip."""
+    e = r.energy
+    if e is None:
+        return Markup("<td></td>")
+    return Markup(f'<td class="num" data-v="{esc(repr(e.joules))}" title="{esc(e.describe())}">{esc(e.short())}</td>')
+
+
+def _table_row(r: MeasurementRecord, g: Group, counted: bool, energy: bool = False) -> Markup:
+    """One ``<tr>`` of the table: the row ``r`` of test ``g``; ``counted``: with the counters' column; ``energy``:
+    with the energy column."""
     base_text, base_v = _baseline_cell(r)
     verdict = r.verdict.value
     first = r.statistics.first_call_ms
@@ -196,14 +205,17 @@ def _table_row(r: MeasurementRecord, g: Group, counted: bool) -> Markup:
         _num_td(base_text, base_v, _baseline_class(r)),
         Markup(f'<td class="{esc(_verdict_class(verdict))}">{esc(verdict)}</td>'),
         *((_counters_td(r),) if counted else ()),
+        *((_energy_td(r),) if energy else ()),
         Markup("</tr>"),
     ])
 
 
 def _table(groups: Sequence[Group]) -> Markup:
     counted = any(r.counters is not None for g in groups for r in g.rows)  # no column where nothing was counted
-    head = join(Markup(f"<th>{esc(c)}</th>") for c in (*_COLUMNS, *(("unified memory",) if counted else ())))
-    body = join((_table_row(r, g, counted) for g in groups for r in g.rows), "\n")
+    energy = any(r.energy is not None for g in groups for r in g.rows)  # nor where no energy was measured
+    extra = (*(("unified memory",) if counted else ()), *(("energy / call",) if energy else ()))
+    head = join(Markup(f"<th>{esc(c)}</th>") for c in (*_COLUMNS, *extra))
+    body = join((_table_row(r, g, counted, energy) for g in groups for r in g.rows), "\n")
     return Markup(f'<div class="wide"><table class="sortable" id="rows"><thead><tr>{esc(head)}</tr></thead><tbody>\n'
                   f"{esc(body)}\n</tbody></table></div>")
 

@@ -1,0 +1,109 @@
+"""``--jetmem-energy``: energy per call in the header, the runtimes table, the report's JSON and benchmark JSON; a
+clear failure where it is required and no source works; nothing at all under ``off``.
+
+pytester runs in process against the fake driver (an H100 profile) whose NVML energy counter is a
+FakeEnergyCounter on the real clock; the energy rule is shortened here (one 0.1 s window a side) so a measurement
+costs a fraction of a second. The counter does not follow the fake's launches: the figures' accuracy is
+test_measure_energy.py's (a stepped clock), and the real thing tests/gpu/test_energy_gpu.py's.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from fakes.fake_driver import FakeEnergyCounter
+from pytest_jetmem.measure import energy as energy_module
+from runtime_fixtures import _module_kernel_cache, _no_user_device_choice, jetmem_kernel_cache  # noqa: F401
+from runtime_runs import InstallFake, inner, row
+
+ONE = """
+@pytest.mark.memmode("device")
+def test_fill(jetmem):
+    jetmem.measure(fill(jetmem), label="fill")
+"""
+
+
+@pytest.fixture(autouse=True)
+def short_windows(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One short round per measurement (the defaults take 1.5-2 s)."""
+    rule = energy_module.EnergyRule(min_window_s=0.02, periods_per_window=1.0, max_time_s=0.05)
+    monkeypatch.setattr(energy_module, "EnergyRule", lambda: rule)
+
+
+def run(pytester: pytest.Pytester, tmp_path: Path, *args: str) -> tuple[pytest.RunResult, dict, dict]:
+    pytester.makepyfile(test_energy=inner(ONE))
+    report, bench = tmp_path / "report.html", tmp_path / "bench.json"
+    result = pytester.runpytest("-rA", f"--jetmem-report={report}", f"--jetmem-benchmark-json={bench}", *args)
+    rows = {r["nodeid"].rsplit("::", 1)[-1]: r for r in json.loads(report.with_suffix(".json").read_text())["rows"]}
+    benches = {b["name"].split(":", 1)[0]: b for b in json.loads(bench.read_text())["benchmarks"]}
+    return result, rows, benches
+
+
+def test_energy_is_measured_where_nvml_counts_it_and_shown_everywhere_a_timing_is(
+    pytester: pytest.Pytester, install_fake_driver: InstallFake, tmp_path: Path
+) -> None:
+    install_fake_driver("h100", nvml_energy=FakeEnergyCounter(idle_w=90.0, step_s=(0.005, 0.01)))
+    result, rows, benches = run(pytester, tmp_path)
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    result.stdout.fnmatch_lines(["jetmem: energy per call: NVML energy counter, * board (the GPU, its memory *)"])
+    recorded = rows["test_fill[device]"]["energy"]
+    assert recorded["source"].startswith("NVML energy counter") and recorded["covers"] == "gpu-board"
+    assert recorded["idle_w"] == pytest.approx(90.0, rel=0.2) and recorded["windows"] >= 1 and recorded["calls"] > 0
+    assert benches["test_fill[device]"]["extra_info"]["energy"] == recorded
+    assert row(result, "test_fill[device]")["energy / call"].endswith(" W")
+
+
+def test_auto_without_a_source_says_why_once_and_measures_no_energy(
+    pytester: pytest.Pytester, install_fake_driver: InstallFake, tmp_path: Path
+) -> None:
+    install_fake_driver("h100", nvml_energy=FakeEnergyCounter(energy_supported=False, power_supported=False))
+    result, rows, benches = run(pytester, tmp_path)
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    result.stdout.fnmatch_lines(["jetmem: energy: not measured: *NVML_ERROR_NOT_SUPPORTED*"])
+    assert "energy" not in rows["test_fill[device]"] and "energy" not in benches["test_fill[device]"]["extra_info"]
+    assert "energy / call" not in row(result, "test_fill[device]")  # no empty column
+
+
+def test_on_without_a_source_fails_the_measurement_naming_the_test_option_and_reason(
+    pytester: pytest.Pytester, install_fake_driver: InstallFake
+) -> None:
+    install_fake_driver("h100")  # no NVML at all, as on a Jetson whose rails are not readable
+    pytester.makepyfile(test_energy=inner(ONE))
+    result = pytester.runpytest("-rA", "--jetmem-energy=on")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines([
+        "*EnergyUnavailable: test_energy.py::test_fill[[]device[]]: --jetmem-energy=on, but this machine has no power "
+        "source that works: *NVML unavailable*"
+    ])
+
+
+def test_off_reads_no_source_and_says_nothing(
+    pytester: pytest.Pytester, install_fake_driver: InstallFake, tmp_path: Path
+) -> None:
+    fake = install_fake_driver("h100", nvml_energy=FakeEnergyCounter(idle_w=90.0))
+    result, rows, _ = run(pytester, tmp_path, "--jetmem-energy=off")
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    assert "jetmem: energy" not in result.stdout.str() and "energy" not in rows["test_fill[device]"]
+    assert fake.nvml_errors == {}  # never read
+
+
+@pytest.mark.parametrize(
+    ("args", "ini", "message"),
+    [
+        (["--jetmem-energy=maybe"], "", "*--jetmem-energy: invalid choice: 'maybe' (choose from 'auto', 'on', 'off')*"),
+        ([], "jetmem_energy = maybe", "*jetmem_energy*expected one of auto, on, off, got 'maybe'*"),
+    ],
+)
+def test_a_policy_that_is_none_of_the_three_is_a_usage_error_naming_where_it_came_from(
+    pytester: pytest.Pytester, install_fake_driver: InstallFake, args: list[str], ini: str, message: str
+) -> None:
+    install_fake_driver("h100")
+    if ini:
+        pytester.makeini(f"[pytest]\n{ini}\n")
+    pytester.makepyfile(test_energy=inner(ONE))
+    result = pytester.runpytest(*args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([message])
