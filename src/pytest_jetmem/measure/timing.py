@@ -115,10 +115,9 @@ class Measurement:
     def describe(self) -> str:
         s = self.summary
         first = f", first call {self.first_call_ms:.4g} ms" if self.first_call_ms is not None else ""
-        energy = f"; energy {self.energy.describe()}" if self.energy is not None else ""
         return (
             f"{self.mode} {self.key}: median {s.median:.4g} ms (MAD {s.mad:.2g}, p5 {s.p5:.4g}, p95 {s.p95:.4g}, "
-            f"n={s.n}){first}{energy}"
+            f"n={s.n}){first}"
         )
 
     def to_dict(self) -> dict[str, Any]:
