@@ -36,6 +36,7 @@ HAND_WRITTEN: dict[str, str] = {
     "history/thinning.py": "tsdownsample",
     "machine/jetson.py": "jetson-stats",
     "machine/power.py": "jetson-stats",
+    "measure/energy.py": "Zeus",
     "measure/changepoints.py": "ruptures",
     "measure/stats.py": "scipy.stats",
 }

@@ -20,6 +20,9 @@ conversion time, and a board draws hundreds of watts doing nothing. So (docs/ene
 
 Interleaving several works (a mode and its reference mode) makes drift hit them alike, as timings are sampled.
 Nothing here imports CUDA: a work is a callable that runs ``calls`` calls and waits for them.
+
+Hand-written, not Zeus: Zeus's ``ZeusMonitor`` gives one window's energy from the same NVML counter and leaves the
+repetition, the idle subtraction and the interval to its user (what this module is), as another runtime dependency.
 """
 
 from __future__ import annotations

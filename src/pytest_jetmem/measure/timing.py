@@ -257,7 +257,8 @@ def measure(
 
     With ``duet`` (``--jetmem-against``), the call meets the other side and the two take turns, a batch each
     (:mod:`pytest_jetmem.measure.duet`); no counters and no energy are taken then. With ``energy`` (and a source),
-    the energy per call is measured after the samples, under the same lock (:func:`energy_of`). Returns the
+    a ``kernel``-scope measurement's energy per call is measured after the samples, under the same lock
+    (:func:`energy_of`). Returns the
     measurement; the caller records it.
     """
     if warmup < 0:
@@ -287,7 +288,7 @@ def measure(
                     counters = _cold_replay(ws, collector, sampler)
                     if counters is None:
                         collector.miss(ws.mode)
-                if source is not None and energy is not None:
+                if source is not None and energy is not None and scope == "kernel":
                     joules = energy_of(ws, sampler, samples, energy)
         clocks = clock_record(warm[0], clock_state(device))
         m = Measurement(
@@ -312,21 +313,18 @@ def measure(
 
 
 def energy_of(ws: Workspace, sampler: Sampler, samples_ms: Sequence[float], setup: EnergySetup) -> Energy | None:
-    """The energy per call of the sampler's work (:func:`~pytest_jetmem.measure.energy.measure_energy`): in the
-    ``kernel`` scope its calls back to back on the stream (no events, no blocker), then a synchronisation; in
-    ``end_to_end`` each call as sampled (the host's writes and reads with it). A source that stops reading fails the
-    measurement where energy is required (``--jetmem-energy=on``), else a warning says why it has none."""
+    """The energy per call of the sampler's work (:func:`~pytest_jetmem.measure.energy.measure_energy`), its calls
+    back to back on the stream (no events, no blocker), then a synchronisation. Only ``kernel``-scope measurements
+    have one: an ``end_to_end`` call is mostly the host's work, which the GPU's sensor does not see (on an H200 its
+    intervals were 30-90% wide). A source that stops reading fails the measurement where energy is required
+    (``--jetmem-energy=on``), else a warning says why it has none."""
     assert setup.source is not None
     fn = sampler.fn
 
     def run(calls: int) -> None:
-        if sampler.scope == "kernel":
-            for _ in range(calls):
-                fn()
-            ws.synchronize()
-        else:
-            for _ in range(calls):
-                sampler.sample()
+        for _ in range(calls):
+            fn()
+        ws.synchronize()
 
     try:
         (joules,) = measure_energy(setup.source, [run], [float(np.median(samples_ms)) / 1e3], setup.rule)
