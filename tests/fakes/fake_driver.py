@@ -43,7 +43,9 @@ What it models, and checks the way the driver would:
   back to the host). Memsets, copies and host access move nothing (the fake cannot see a host access).
 - NVML's power and energy (``nvml_energy=FakeEnergyCounter(...)``): an energy counter that advances in steps every
   20-100 ms at a set power (idle plus load) with noise, and the power of its last step; either can be set
-  NOT_SUPPORTED (as on Orin with JetPack 7.2.1). Without one the fake has no NVML, as a Jetson.
+  NOT_SUPPORTED (as on Orin with JetPack 7.2.1). Without one the fake has no NVML, as a Jetson. ``launch_w``: the
+  power above idle a kernel draws while it runs: each launch adds ``launch_w`` x its cost (ms) in mJ to the counter,
+  so a kernel's energy per call follows ``kernel_ms`` and ``kind_ms`` as its time does.
 - Devices: ``devices=2`` gives the driver two devices of the profile (ordinals 0 and 1), each with its own primary
   context; ``device_names=[...]`` one device per name, each reporting its own name (what a test that models
   ``CUDA_VISIBLE_DEVICES`` passes: the driver numbers the visible devices from 0, in the order listed).
@@ -519,6 +521,10 @@ class FakeEnergyCounter:
             self.steps.append((self._at, self._mj))
             self._next = self._at + self._rng.uniform(*self.step_s)
 
+    def add_mj(self, mj: float) -> None:
+        """Energy used now on top of the power (a kernel's): it shows at the counter's next step."""
+        self._pending_mj += mj
+
     def set_load(self, load_w: float) -> None:
         """The load's power from now on (W above idle); the energy up to now keeps the load it had."""
         self._advance()
@@ -570,6 +576,7 @@ class FakeDriver:
         poison: int = 0xA5,
         clocks: tuple[int, int, tuple[str, ...]] | None = None,
         nvml_energy: FakeEnergyCounter | None = None,
+        launch_w: float = 0.0,
     ) -> None:
         if isinstance(profile, str):
             if profile in UNAVAILABLE:
@@ -606,6 +613,7 @@ class FakeDriver:
         self.clocks = clocks
         # NVML's energy counter and power; None: no NVML, as on a Jetson
         self.nvml_energy = nvml_energy
+        self.launch_w = launch_w
         self.nvml_errors: dict[str, str] = {}
         unknown_kinds = sorted(set(kind_ms or {}) - set(ACCESS_KINDS))
         if unknown_kinds:
@@ -1305,6 +1313,8 @@ class FakeDriver:
             cost = max(self.kind_ms[k] for k in kinds)
         self.launch_costs.append(cost)
         self._clock[s] += cost
+        if self.nvml_energy is not None and self.launch_w:
+            self.nvml_energy.add_mj(self.launch_w * cost)  # W x ms = mJ
 
     # -- NVRTC (real: it needs no GPU) --------------------------------------------------------------
     def nvrtc_version(self) -> tuple[int, int]:

@@ -245,5 +245,6 @@ def test_an_energy_travels_as_a_dict_and_says_itself_in_a_line() -> None:
         "10.4 mJ a call (99%: 10.1 mJ-10.7 mJ), 424 W working over 372 W idle, 5 windows of 2400 calls; "
         "NVML energy counter, H200 board"
     )
+    assert "1 J a call" in Energy(0.99996, 0.99, 1.01, 1.0, 1.0, 3, 3, 1.0, board, "gpu-board", "interval").describe()
     with pytest.raises(ValueError, match="an energy record needs joules"):
         Energy.from_dict({"joules": 1.0})

@@ -3,8 +3,9 @@ clear failure where it is required and no source works; nothing at all under ``o
 
 pytester runs in process against the fake driver (an H100 profile) whose NVML energy counter is a
 FakeEnergyCounter on the real clock; the energy rule is shortened here (one 0.1 s window a side) so a measurement
-costs a fraction of a second. The counter does not follow the fake's launches: the figures' accuracy is
-test_measure_energy.py's (a stepped clock), and the real thing tests/gpu/test_energy_gpu.py's.
+costs a fraction of a second. Where the fake's ``launch_w`` is set, each launch adds its cost's energy to the counter
+(zero_copy kernels cost 5x device's here, in time and in energy). The figures' accuracy on a stepped clock is
+test_measure_energy.py's, the real thing tests/gpu/test_energy_gpu.py's.
 """
 
 from __future__ import annotations
@@ -28,8 +29,8 @@ def test_fill(jetmem):
 
 @pytest.fixture(autouse=True)
 def short_windows(monkeypatch: pytest.MonkeyPatch) -> None:
-    """One short round per measurement (the defaults take 1.5-2 s)."""
-    rule = energy_module.EnergyRule(min_window_s=0.02, periods_per_window=1.0, max_time_s=0.05)
+    """A few short rounds per measurement (the defaults take 1.5-2 s)."""
+    rule = energy_module.EnergyRule(min_window_s=0.02, periods_per_window=1.0, max_time_s=0.3)
     monkeypatch.setattr(energy_module, "EnergyRule", lambda: rule)
 
 
@@ -107,3 +108,47 @@ def test_a_policy_that_is_none_of_the_three_is_a_usage_error_naming_where_it_cam
     result = pytester.runpytest(*args)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([message])
+
+
+RATIO = """
+@pytest.mark.memmode("device", "zero_copy")
+@pytest.mark.memmode_runtime(max_energy_ratio=LIMIT, relative_to="device")
+def test_fill(jetmem):
+    jetmem.measure(fill(jetmem), label="fill")
+"""
+
+
+@pytest.mark.parametrize(("limit", "zero_copy_passes"), [(2.0, False), (9.0, True)])
+def test_max_energy_ratio_judges_each_mode_against_its_reference_measured_in_turns(
+    pytester: pytest.Pytester, install_fake_driver: InstallFake, limit: float, zero_copy_passes: bool
+) -> None:
+    counter = FakeEnergyCounter(idle_w=1.0, noise=0.0, step_s=(0.002, 0.004))
+    install_fake_driver("h100", kernel_ms=1.0, kind_ms={"host": 5.0}, nvml_energy=counter, launch_w=0.2)
+    pytester.makepyfile(test_energy=inner(RATIO.replace("LIMIT", repr(limit))))
+    result = pytester.runpytest("-rA")
+    device, zero_copy = row(result, "test_fill[device]"), row(result, "test_fill[zero_copy]")
+    assert device["verdict"] == "reference, not judged"
+    assert zero_copy["verdict"] == ("ok" if zero_copy_passes else "FAIL energy ratio")
+    value, unit = zero_copy["energy / call"].split(" ")[:2]
+    assert float(value) * {"mJ": 1.0, "uJ": 1e-3}[unit] == pytest.approx(1.0, rel=0.2)  # 5 ms at 0.2 W: 1 mJ
+    if not zero_copy_passes:
+        assert result.ret == pytest.ExitCode.TESTS_FAILED
+        result.stdout.fnmatch_lines([
+            "*zero_copy fill:kernel: energy zero_copy/device = [45].* (99% CI *..*; * vs 0.* mJ a call, * windows "
+            f"each, in turns) > max_energy_ratio={limit:g}*"
+        ])
+    else:
+        assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+
+
+def test_max_energy_ratio_without_energy_fails_naming_the_argument_and_why(
+    pytester: pytest.Pytester, install_fake_driver: InstallFake
+) -> None:
+    install_fake_driver("h100", nvml_energy=FakeEnergyCounter(idle_w=90.0))
+    pytester.makepyfile(test_energy=inner(RATIO.replace("LIMIT", "2")))
+    result = pytester.runpytest("-rA", "--jetmem-energy=off")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines([
+        "*test_fill[[]zero_copy[]]: memmode_runtime(max_energy_ratio=2) cannot be judged: no energy is measured in "
+        "this session (--jetmem-energy=off)*"
+    ])

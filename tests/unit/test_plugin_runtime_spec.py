@@ -15,7 +15,7 @@ from runtime_runs import inner
 
 # -- marker validation ------------------------------------------------------------------------------------
 BAD_MARKERS = [
-    ("max_mss=1.0", " got unknown argument(s) max_mss; expected max_ms, max_ratio, relative_to"),
+    ("max_mss=1.0", " got unknown argument(s) max_mss; expected max_ms, max_ratio, max_energy_ratio, relative_to"),
     ("1.0", " takes keyword arguments only (max_ms, max_ratio"),
     ("max_ms=-1", "(max_ms=...) expects a positive number, got -1"),
     ("max_ms=0", "(max_ms=...) expects a positive number, got 0"),
@@ -29,7 +29,10 @@ BAD_MARKERS = [
     ("max_ratio='1.1', relative_to='device'", "(max_ratio=...) expects a positive number, got '1.1'"),
     ("max_ratio=False, relative_to='device'", "(max_ratio=...) expects a positive number, got False"),
     ("max_ratio=1.1", "(max_ratio=...) needs relative_to='<mode>'"),
-    ("relative_to='device'", "(relative_to=...) needs max_ratio=<number>"),
+    ("relative_to='device'", "(relative_to=...) needs max_ratio=<number> or max_energy_ratio=<number>"),
+    ("max_energy_ratio=1.2", "(max_energy_ratio=...) needs relative_to='<mode>'"),
+    ("max_energy_ratio=0, relative_to='device'", "(max_energy_ratio=...) expects a positive number, got 0"),
+    ("max_energy_ratio='1', relative_to='device'", "(max_energy_ratio=...) expects a positive number, got '1'"),
     (
         "max_ratio=1.1, relative_to='gpu'",
         "(relative_to='gpu'): unknown memory mode; expected one of device, managed, zero_copy",

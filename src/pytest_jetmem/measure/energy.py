@@ -52,6 +52,7 @@ __all__ = [
     "find_power",
     "measure_energy",
     "per_call",
+    "ratio_of",
 ]
 
 
@@ -233,7 +234,7 @@ def find_power(device: Device, policy: str, sysroot: str) -> EnergySetup | None:
 def _j(joules: float) -> str:
     """Joules with a unit that keeps 3-4 digits: ``10.4 mJ``, ``66 uJ``, ``1.2 J``."""
     for scale, unit in ((1.0, "J"), (1e-3, "mJ"), (1e-6, "uJ")):
-        if abs(joules) >= scale:
+        if abs(joules) >= 0.9995 * scale:  # 0.99996 J is "1 J", not "1e+03 mJ"
             return f"{joules / scale:.3g} {unit}"
     return f"{joules / 1e-9:.3g} nJ"
 
@@ -390,7 +391,7 @@ def per_call(windows: Sequence[Window], work: int, confidence: float = 0.99) -> 
     mean = sum(nets) / n
     if n == 1:
         return mean, math.nan, math.nan, 1
-    sd = math.sqrt(sum((v - mean) ** 2 for v in nets) / (n - 1))
+    sd = _sd(nets)
     half = student_t_ppf(0.5 + confidence / 2, n - 1) * sd / math.sqrt(n)
     return mean, mean - half, mean + half, n
 
@@ -430,3 +431,22 @@ def _energy(windows: Sequence[Window], work: int, source: PowerSource, reason: s
         confidence=confidence,
         per_window=tuple(net for net, _ in nets),
     )
+
+
+def ratio_of(a: Energy, b: Energy, confidence: float = 0.99) -> tuple[float, float, float]:
+    """(ratio, low, high): ``a``'s energy per call over ``b``'s, with a ``confidence`` interval from their windows
+    (the delta method on the log ratio, Student's t with the fewer windows' degrees of freedom); the interval is
+    (nan, nan) where either has fewer than two windows or a mean at or below zero."""
+    ratio = a.joules / b.joules if b.joules else math.nan
+    va, vb = list(a.per_window), list(b.per_window)
+    if len(va) < 2 or len(vb) < 2 or a.joules <= 0 or b.joules <= 0:
+        return ratio, math.nan, math.nan
+    rel_a = _sd(va) / math.sqrt(len(va)) / a.joules
+    rel_b = _sd(vb) / math.sqrt(len(vb)) / b.joules
+    half = student_t_ppf(0.5 + confidence / 2, min(len(va), len(vb)) - 1) * math.hypot(rel_a, rel_b)
+    return ratio, ratio * math.exp(-half), ratio * math.exp(half)
+
+
+def _sd(values: Sequence[float]) -> float:
+    mean = sum(values) / len(values)
+    return math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))

@@ -8,13 +8,15 @@ and keeps the records and the baseline's entries apart; the comparison with a ba
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pytest_jetmem.measure.record import NotCompared, NotComparedWhy, RecordVerdict
+from pytest_jetmem.measure.record import EnergyRatio, NotCompared, NotComparedWhy, RecordVerdict
 
 __all__ = [
     "RatioFigures",
+    "energy_ratio_failure",
     "final_verdict",
     "max_ms_failure",
     "ratio_failure",
@@ -60,6 +62,22 @@ def ratio_failure(
         f"{mode} {key}: {mode}/{relative_to} = {f.ratio:.3f} (99% CI {f.low:.3f}..{f.high:.3f}; "
         f"medians {f.median:.4g} vs {f.reference_median:.4g} ms, {f.n} interleaved samples each) "
         f"> max_ratio={max_ratio:g}"
+    )
+
+
+def energy_ratio_failure(
+    mode: str, key: str, ratio: EnergyRatio, joules: float, windows: int, max_energy_ratio: float | None
+) -> str | None:
+    """``max_energy_ratio``: measurement ``key`` in ``mode`` uses at most ``max_energy_ratio`` times the energy per
+    call of the same measurement in the reference mode, measured in turns."""
+    if max_energy_ratio is None or not ratio.ratio > max_energy_ratio:
+        return None
+    low, high = ratio.ci
+    interval = f"99% CI {low:.3f}..{high:.3f}" if math.isfinite(low) and math.isfinite(high) else "no interval"
+    return (
+        f"{mode} {key}: energy {mode}/{ratio.relative_to} = {ratio.ratio:.3f} ({interval}; "
+        f"{joules * 1e3:.4g} vs {ratio.reference_joules * 1e3:.4g} mJ a call, {windows} windows each, in turns) "
+        f"> max_energy_ratio={max_energy_ratio:g}"
     )
 
 

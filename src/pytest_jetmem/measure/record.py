@@ -15,7 +15,8 @@ The JSON object is flat, the row the report's JSON twin has always held, with a 
      "runs": 1, "samples": [...], "verdict": "ok"}
 
 and, where they apply: ``run_rounds`` (measured in turns), ``clocks`` and ``throttled`` (the conditions),
-``ratio``, ``ratio_ci``, ``relative_to``, ``reference_median`` (a side-by-side ratio), ``baseline`` with
+``ratio``, ``ratio_ci``, ``relative_to``, ``reference_median`` (a side-by-side ratio), ``energy_ratio``,
+``energy_ratio_ci``, ``energy_relative_to``, ``energy_reference_joules`` (an energy ratio), ``baseline`` with
 ``baseline_change_pct``, ``baseline_ci``, ``baseline_unit``, ``baseline_reason`` (a comparison) or with
 ``baseline_note`` (why nothing was compared: :class:`NotComparedWhy`), ``against`` and ``base_samples``
 (``--jetmem-against``), ``um_counters`` (unified-memory counters, :mod:`pytest_jetmem.measure.counters`),
@@ -80,6 +81,7 @@ class RecordVerdict(str, Enum):
     AMBIGUOUS = "ambiguous"  # an ambiguous comparison, warned about (``--jetmem-ambiguous=warn``)
     FAIL_MAX_MS = "FAIL max_ms"
     FAIL_RATIO = "FAIL ratio"
+    FAIL_ENERGY_RATIO = "FAIL energy ratio"
     FAIL_REGRESSION = "FAIL regression"
     FAIL_AMBIGUOUS = "FAIL ambiguous"  # an ambiguous comparison under ``--jetmem-ambiguous=fail``
 
@@ -212,6 +214,17 @@ class SideBySide:
 
 
 @dataclass(frozen=True)
+class EnergyRatio:
+    """``memmode_runtime(max_energy_ratio=..., relative_to=...)``: the energy per call over the reference mode's,
+    measured in turns (their windows interleaved)."""
+
+    ratio: float
+    ci: tuple[float, float]  # its 99% interval
+    relative_to: str
+    reference_joules: float
+
+
+@dataclass(frozen=True)
 class BaselineComparison:
     """The comparison with the baseline (``--jetmem-compare``) or the base (``--jetmem-against``)."""
 
@@ -258,6 +271,7 @@ class Judgement:
     ratio: SideBySide | None = None
     baseline: BaselineComparison | NotCompared | None = None
     against: Against | None = None
+    energy_ratio: EnergyRatio | None = None
 
 
 # -- the record --------------------------------------------------------------------------------------------------
@@ -366,6 +380,17 @@ def _ratio_json(ratio: SideBySide | None) -> dict[str, object]:
     }
 
 
+def _energy_ratio_json(ratio: EnergyRatio | None) -> dict[str, object]:
+    if ratio is None:
+        return {}
+    return {
+        "energy_ratio": ratio.ratio,
+        "energy_ratio_ci": list(ratio.ci),
+        "energy_relative_to": ratio.relative_to,
+        "energy_reference_joules": ratio.reference_joules,
+    }
+
+
 def _against_json(against: Against | None) -> dict[str, object]:
     if against is None:
         return {}
@@ -396,6 +421,7 @@ def _baseline_json(baseline: BaselineComparison | NotCompared | None) -> dict[st
 def _judgement_json(judge: Judgement) -> dict[str, object]:
     return {
         **_ratio_json(judge.ratio),
+        **_energy_ratio_json(judge.energy_ratio),
         **_against_json(judge.against),
         **_baseline_json(judge.baseline),
         "verdict": judge.verdict.value,
@@ -533,7 +559,18 @@ def _judgement(obj: JsonObject) -> Judgement:
     against = _against(obj)
     choices = ", ".join(repr(v.value) for v in RecordVerdict)
     verdict = _member(RecordVerdict, obj.get("verdict", RecordVerdict.REPORTED.value), "verdict", choices)
-    return Judgement(verdict, ratio, baseline, against)
+    return Judgement(verdict, ratio, baseline, against, _energy_ratio(obj))
+
+
+def _energy_ratio(obj: JsonObject) -> EnergyRatio | None:
+    if obj.get("energy_ratio") is None:
+        return None
+    return EnergyRatio(
+        ratio=_number(obj, "energy_ratio"),
+        ci=_pair(obj.get("energy_ratio_ci"), "energy_ratio_ci"),
+        relative_to=_str(obj, "energy_relative_to"),
+        reference_joules=_number(obj, "energy_reference_joules", nan_for_none=True),
+    )
 
 
 # -- the builder -------------------------------------------------------------------------------------------------
@@ -554,6 +591,7 @@ class RecordBuilder:
     against: Against | None = None
     counters: UnifiedMemoryCounters | None = None
     energy: Energy | None = None
+    energy_ratio: EnergyRatio | None = None
 
     @classmethod
     def measured(cls, nodeid: str, m: Measurement) -> RecordBuilder:
@@ -597,11 +635,12 @@ class RecordBuilder:
             judge.against,
             record.counters,
             record.energy,
+            judge.energy_ratio,
         )
 
     def build(self, default: RecordVerdict = RecordVerdict.REPORTED) -> MeasurementRecord:
         """The record, with verdict ``default`` where none was decided."""
-        judgement = Judgement(self.verdict or default, self.ratio, self.baseline, self.against)
+        judgement = Judgement(self.verdict or default, self.ratio, self.baseline, self.against, self.energy_ratio)
         return MeasurementRecord(
             self.identity, self.statistics, self.conditions, judgement, self.counters, self.energy
         )

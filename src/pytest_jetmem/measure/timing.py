@@ -312,6 +312,17 @@ def measure(
     return m
 
 
+def kernel_run(ws: Workspace, fn: Callable[[], Any]) -> Callable[[int], None]:
+    """``run(calls)`` for an energy window: ``fn``'s calls back to back on the stream, then a synchronisation."""
+
+    def run(calls: int) -> None:
+        for _ in range(calls):
+            fn()
+        ws.synchronize()
+
+    return run
+
+
 def energy_of(ws: Workspace, sampler: Sampler, samples_ms: Sequence[float], setup: EnergySetup) -> Energy | None:
     """The energy per call of the sampler's work (:func:`~pytest_jetmem.measure.energy.measure_energy`), its calls
     back to back on the stream (no events, no blocker), then a synchronisation. Only ``kernel``-scope measurements
@@ -319,15 +330,10 @@ def energy_of(ws: Workspace, sampler: Sampler, samples_ms: Sequence[float], setu
     intervals were 30-90% wide). A source that stops reading fails the measurement where energy is required
     (``--jetmem-energy=on``), else a warning says why it has none."""
     assert setup.source is not None
-    fn = sampler.fn
-
-    def run(calls: int) -> None:
-        for _ in range(calls):
-            fn()
-        ws.synchronize()
-
     try:
-        (joules,) = measure_energy(setup.source, [run], [float(np.median(samples_ms)) / 1e3], setup.rule)
+        (joules,) = measure_energy(
+            setup.source, [kernel_run(ws, sampler.fn)], [float(np.median(samples_ms)) / 1e3], setup.rule
+        )
     except PowerReadError as exc:
         if setup.required:
             raise

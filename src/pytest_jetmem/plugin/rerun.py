@@ -15,29 +15,39 @@ import pytest
 
 if TYPE_CHECKING:  # imported where used: loading the plugin imports neither the handle nor numpy
     from pytest_jetmem.handle import Jetmem
+    from pytest_jetmem.machine.power import PowerSource
+    from pytest_jetmem.measure.energy import Energy
     from pytest_jetmem.measure.timing import Measurement
     from pytest_jetmem.plugin.handles import OpenHandle
     from pytest_jetmem.plugin.runtime_spec import RuntimeSpec
 
 
-def side_by_side(
-    item: pytest.Function, handle: Jetmem, spec: RuntimeSpec
-) -> dict[int, tuple[float, float, float, float, float, int]]:
-    """Run the body again in the reference mode, then sample both modes interleaved; ratios by call index."""
+#: Per call index: the time ratio's figures (ratio, low, high, median, reference median, samples each).
+TimeRatios = dict[int, tuple[float, float, float, float, float, int]]
+#: Per call index: the energies of this mode and of the reference mode, measured in turns.
+EnergyPairs = dict[int, tuple["Energy", "Energy"]]
+
+
+def side_by_side(item: pytest.Function, handle: Jetmem, spec: RuntimeSpec) -> tuple[TimeRatios, EnergyPairs]:
+    """Run the body again in the reference mode, then sample both modes interleaved: time ratios by call index, and
+    where ``max_energy_ratio`` asks, each ``kernel``-scope call's energy in both modes, their windows in turns."""
     import numpy as np
 
     from pytest_jetmem.cuda.modes import get_mode
+    from pytest_jetmem.measure.energy import measure_energy
     from pytest_jetmem.measure.stats import StoppingRule, ratio_ci
-    from pytest_jetmem.measure.timing import gpu_lock, run_samples
+    from pytest_jetmem.measure.timing import gpu_lock, kernel_run, run_samples
 
     ref_mode = spec.relative_to
     assert ref_mode is not None
     if handle.mode == ref_mode:
-        return {i: (1.0, 1.0, 1.0, m.median, m.median, len(m.samples)) for i, m in enumerate(handle.measurements)}
+        same = {i: (1.0, 1.0, 1.0, m.median, m.median, len(m.samples)) for i, m in enumerate(handle.measurements)}
+        return same, {}
     reason = get_mode(ref_mode).unsupported_reason(handle.device)
     if reason:
         pytest.fail(f"{item.nodeid}: cannot time the reference mode for max_ratio: {reason}", pytrace=False)
     first = _opened(item)
+    source = _energy_source(item, first, spec)
     ref = _rerun_body(item, ref_mode, f"reference run in {ref_mode}")
     try:
         if len(ref.calls) != len(first.calls):
@@ -46,7 +56,8 @@ def side_by_side(
                 f"but {len(ref.calls)} times in {ref_mode}: max_ratio pairs them by call order",
                 pytrace=False,
             )
-        out = {}
+        out: TimeRatios = {}
+        energies: EnergyPairs = {}
         for i, (a_call, b_call) in enumerate(zip(first.calls, ref.calls, strict=True)):
             a, b = a_call.sampler(first.workspace), b_call.sampler(ref.workspace)
             try:
@@ -55,16 +66,40 @@ def side_by_side(
                         a.sample()
                         b.sample()
                     (sa, _), (sb, _) = run_samples([a, b], first.recipe.stopping_rule or StoppingRule())
+                    if source is not None and a_call.scope == "kernel":
+                        assert first.recipe.energy is not None
+                        runs = [kernel_run(first.workspace, a_call.fn), kernel_run(ref.workspace, b_call.fn)]
+                        per_call = [float(np.median(sa)) / 1e3, float(np.median(sb)) / 1e3]
+                        ea, eb = measure_energy(source, runs, per_call, first.recipe.energy.rule)
+                        energies[i] = (ea, eb)
             finally:
                 a.close()
                 b.close()
             ratio, lo, hi = ratio_ci(sb, sa)
             out[i] = (ratio, lo, hi, float(np.median(sa)), float(np.median(sb)), len(sa))
-        return out
+        return out, energies
     finally:
         problems = ref.close()
         if problems:
             warnings.warn(f"jetmem: reference run of {item.nodeid}: {'; '.join(problems)}", stacklevel=1)
+
+
+def _energy_source(item: pytest.Function, first: OpenHandle, spec: RuntimeSpec) -> PowerSource | None:
+    """The power source ``max_energy_ratio`` reads (None where it is not asked); the test fails naming the argument
+    and why where it is asked and none works (``--jetmem-energy=off``, or the machine's reason)."""
+    if spec.max_energy_ratio is None:
+        return None
+    setup = first.recipe.energy
+    why = "--jetmem-energy=off" if setup is None else setup.reason
+    source = setup.source if setup is not None else None
+    if source is None:
+        pytest.fail(
+            f"{item.nodeid}: memmode_runtime(max_energy_ratio={spec.max_energy_ratio:g}) cannot be judged: no energy "
+            f"is measured in this session ({why}); expected a power source (docs/energy.md) and --jetmem-energy=auto "
+            "or on",
+            pytrace=False,
+        )
+    return source
 
 
 def _opened(item: pytest.Function) -> OpenHandle:

@@ -47,6 +47,7 @@ if TYPE_CHECKING:  # imported where used: a run without jetmem tests imports no 
     from pytest_jetmem.handle import Jetmem
     from pytest_jetmem.measure.baseline import Baseline, Entry
     from pytest_jetmem.measure.compare import Comparison
+    from pytest_jetmem.measure.energy import Energy
     from pytest_jetmem.measure.record import (
         BaselineComparison,
         MeasurementRecord,
@@ -71,8 +72,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
-        f"{MARKER}(max_ms=None, max_ratio=None, relative_to=None, scope=None, baseline=True, label=None, "
-        "runs=None): "
+        f"{MARKER}(max_ms=None, max_ratio=None, max_energy_ratio=None, relative_to=None, scope=None, baseline=True, "
+        "label=None, runs=None): "
         "assert on the runtimes jetmem.measure() recorded (see pytest-jetmem docs)",
     )
     fail_pct = options.get_float(config, "fail", minimum=0.0, what="a percentage >= 0")
@@ -271,13 +272,14 @@ class _Judging:
     handle: Jetmem
     spec: RuntimeSpec
     ratios: dict[int, tuple[Any, ...]]
+    energies: dict[int, tuple[Energy, Energy]]
     base: Baseline | None
     base_note: NotCompared | None
 
     @property
     def reference(self) -> bool:
-        """The item runs in its ``max_ratio``'s reference mode: its ratio is 1 by definition, so judges nothing."""
-        return self.spec.max_ratio is not None and self.handle.mode == self.spec.relative_to
+        """The item runs in its ratio's reference mode: its ratio is 1 by definition, so judges nothing."""
+        return self.spec.side_by_side and self.handle.mode == self.spec.relative_to
 
 
 def _judge(item: pytest.Function, handle: Jetmem, spec: RuntimeSpec | None) -> list[str]:
@@ -287,8 +289,8 @@ def _judge(item: pytest.Function, handle: Jetmem, spec: RuntimeSpec | None) -> l
 
     marked = spec is not None
     spec = spec or RuntimeSpec()
-    ratios = side_by_side(item, handle, spec) if spec.max_ratio is not None else {}
-    judging = _Judging(item, handle, spec, ratios, *_baseline(item.config))
+    ratios, energies = side_by_side(item, handle, spec) if spec.side_by_side else ({}, {})
+    judging = _Judging(item, handle, spec, ratios, energies, *_baseline(item.config))
     failures: list[str] = []
     for i, m in enumerate(handle.measurements):
         record = RecordBuilder.measured(item.nodeid, m)
@@ -325,6 +327,7 @@ def _judge_one(judging: _Judging, i: int, m: Measurement, record: RecordBuilder,
     failures = [
         _failed(record, max_ms_failure(m.describe(), m.median, max_ms) if judged else None, RecordVerdict.FAIL_MAX_MS),
         _failed(record, _ratio(judging, i, m, record, judged=judged), RecordVerdict.FAIL_RATIO),
+        _failed(record, _energy_ratio(judging, i, m, record, judged=judged), RecordVerdict.FAIL_ENERGY_RATIO),
     ]
     compared, failure = _against_baseline(judging, m, record, judged=judged)
     record.verdict = final_verdict(
@@ -353,6 +356,29 @@ def _ratio(judging: _Judging, i: int, m: Measurement, record: RecordBuilder, *, 
     if not judged or judging.reference:
         return None
     return ratio_failure(m.mode, m.key, relative_to, figures, judging.spec.max_ratio)
+
+
+def _energy_ratio(judging: _Judging, i: int, m: Measurement, record: RecordBuilder, *, judged: bool) -> str | None:
+    """The energy ratio of measurement ``i`` into ``record`` (and this mode's energy measured in turns, where the
+    measurement had none of its own); its ``max_energy_ratio`` failure where judged."""
+    from pytest_jetmem.measure.energy import ratio_of
+    from pytest_jetmem.measure.gate import energy_ratio_failure
+    from pytest_jetmem.measure.record import EnergyRatio
+
+    relative_to, pair = judging.spec.relative_to, judging.energies.get(i)
+    if pair is None or relative_to is None:
+        return None
+    mine, reference = pair
+    ratio, low, high = ratio_of(mine, reference)
+    record.energy_ratio = EnergyRatio(ratio, (low, high), relative_to, reference.joules)
+    if record.energy is None:
+        record.energy = mine
+    if not judged or judging.reference:
+        return None
+    return energy_ratio_failure(
+        m.mode, m.key, record.energy_ratio, mine.joules, min(mine.windows, reference.windows),
+        judging.spec.max_energy_ratio,
+    )
 
 
 def _against_baseline(

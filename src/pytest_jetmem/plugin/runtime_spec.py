@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     import pytest
 
 MARKER = markers.RUNTIME
-ARGUMENTS = ("max_ms", "max_ratio", "relative_to", "scope", "baseline", "label", "runs")
+ARGUMENTS = ("max_ms", "max_ratio", "max_energy_ratio", "relative_to", "scope", "baseline", "label", "runs")
 
 
 @dataclass(frozen=True)
@@ -21,7 +21,9 @@ class RuntimeSpec:
     """What a test's runtimes must satisfy.
 
     ``max_ms``: the median of each judged measurement, in ms. ``max_ratio`` with ``relative_to``: the
-    median in this item's mode over the median in the reference mode, timed side by side. ``scope``:
+    median in this item's mode over the median in the reference mode, timed side by side. ``max_energy_ratio``
+    with ``relative_to``: the energy per call in this item's mode over the reference mode's, measured in turns
+    (``kernel``-scope measurements, where the machine has a power source: docs/energy.md). ``scope``:
     judge only measurements of this scope (default: all). ``baseline``: take part in the regression
     check against ``--jetmem-compare`` (default True). ``label``: judge only measurements with this label.
     ``runs``: run the body this many times with fresh allocations (default ``--jetmem-runs``).
@@ -34,6 +36,12 @@ class RuntimeSpec:
     baseline: bool = True
     label: str | None = None
     runs: int | None = None
+    max_energy_ratio: float | None = None
+
+    @property
+    def side_by_side(self) -> bool:
+        """Whether the body runs again in the reference mode (a time or an energy ratio is asked for)."""
+        return self.max_ratio is not None or self.max_energy_ratio is not None
 
     def selects(self, label: str, scope: str) -> bool:
         return (self.scope is None or scope == self.scope) and (self.label is None or label == self.label)
@@ -58,7 +66,10 @@ def parse_runtime_marker(args: tuple[Any, ...], kwargs: dict[str, Any], test: st
     max_ms = kwargs.get("max_ms")
     if max_ms is not None:
         max_ms = _positive_number(test, "max_ms", max_ms)
-    max_ratio, relative_to = _ratio(kwargs.get("max_ratio"), kwargs.get("relative_to"), test)
+    max_energy_ratio = kwargs.get("max_energy_ratio")
+    if max_energy_ratio is not None:
+        max_energy_ratio = _positive_number(test, "max_energy_ratio", max_energy_ratio)
+    max_ratio, relative_to = _ratio(kwargs.get("max_ratio"), max_energy_ratio, kwargs.get("relative_to"), test)
     return RuntimeSpec(
         max_ms,
         max_ratio,
@@ -67,15 +78,20 @@ def parse_runtime_marker(args: tuple[Any, ...], kwargs: dict[str, Any], test: st
         _baseline(kwargs.get("baseline", True), test),
         _label(kwargs.get("label"), test),
         _runs(kwargs.get("runs"), test),
+        max_energy_ratio,
     )
 
 
-def _ratio(max_ratio: Any, relative_to: Any, test: str) -> tuple[float | None, str | None]:
-    """``max_ratio`` (a positive number) and ``relative_to`` (a registered mode): both or neither."""
+def _ratio(
+    max_ratio: Any, max_energy_ratio: float | None, relative_to: Any, test: str
+) -> tuple[float | None, str | None]:
+    """``max_ratio`` (a positive number) or ``max_energy_ratio`` (checked already), and ``relative_to`` (a
+    registered mode): a ratio and its reference mode, or neither."""
     if max_ratio is not None:
         max_ratio = _positive_number(test, "max_ratio", max_ratio)
-        if relative_to is None:
-            raise ValueError(f"{test}: @pytest.mark.{MARKER}(max_ratio=...) needs relative_to='<mode>'")
+    for name, value in (("max_ratio", max_ratio), ("max_energy_ratio", max_energy_ratio)):
+        if value is not None and relative_to is None:
+            raise ValueError(f"{test}: @pytest.mark.{MARKER}({name}=...) needs relative_to='<mode>'")
     if relative_to is None:
         return max_ratio, None
     from pytest_jetmem.cuda.modes import names  # here: a run without the marker loads no CUDA layer
@@ -85,8 +101,10 @@ def _ratio(max_ratio: Any, relative_to: Any, test: str) -> tuple[float | None, s
             f"{test}: @pytest.mark.{MARKER}(relative_to={relative_to!r}): unknown memory mode; "
             f"expected one of {', '.join(names())}"
         )
-    if max_ratio is None:
-        raise ValueError(f"{test}: @pytest.mark.{MARKER}(relative_to=...) needs max_ratio=<number>")
+    if max_ratio is None and max_energy_ratio is None:
+        raise ValueError(
+            f"{test}: @pytest.mark.{MARKER}(relative_to=...) needs max_ratio=<number> or max_energy_ratio=<number>"
+        )
     return max_ratio, str(relative_to)
 
 
@@ -173,8 +191,13 @@ def self_ratio(spec: RuntimeSpec, modes: Sequence[str], test: str) -> str | None
 
     ref = spec.relative_to
     others = ", ".join(m for m in names() if m != ref)
+    asked = (
+        f"max_ratio={spec.max_ratio:g}"
+        if spec.max_ratio is not None
+        else f"max_energy_ratio={spec.max_energy_ratio:g}"
+    )
     return (
-        f"{test}: @pytest.mark.{MARKER}(max_ratio={spec.max_ratio:g}, relative_to={ref!r}): the test runs only in "
+        f"{test}: @pytest.mark.{MARKER}({asked}, relative_to={ref!r}): the test runs only in "
         f"{ref!r} (@pytest.mark.memmode), so the ratio would compare {ref} with itself and check nothing; "
         f"expected relative_to naming another mode than the test's ({others}), or more modes in "
         "@pytest.mark.memmode"
