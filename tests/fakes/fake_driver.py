@@ -574,7 +574,7 @@ class FakeDriver:
         kind_ms: dict[str, float] | None = None,
         backing_limit: int = 256 << 20,
         poison: int = 0xA5,
-        clocks: tuple[int, int, tuple[str, ...]] | None = None,
+        clocks: tuple[int, int, tuple[str, ...]] | Callable[[FakeDriver], tuple[Any, ...]] | None = None,
         nvml_energy: FakeEnergyCounter | None = None,
         launch_w: float = 0.0,
     ) -> None:
@@ -909,7 +909,9 @@ class FakeDriver:
         return self.devices
 
     def clock_state(self, dev: Any) -> ClockState | None:
-        return None if self.clocks is None else ClockState(*self.clocks)
+        if self.clocks is None:
+            return None
+        return ClockState(*(self.clocks(self) if callable(self.clocks) else self.clocks))
 
     def nvrtc_library(self) -> None:
         """The fake does not say where NVRTC came from (the session header leaves the line out)."""

@@ -678,4 +678,20 @@ def test_oc_events_during_sampling_are_a_slowdown_of_the_measurement(orin: Path)
     after = gpu_clock_state(orin)
     record = clock_record(before, after)
     assert record is not None and record["slowdowns"] == ["oc2 events +3"]
-    assert clock_record(before, before) == {"sm_mhz": [306, 306], "sm_max_mhz": 1300, "slowdowns": []}
+    assert clock_record(before, before) == {
+        "sm_mhz": [306, 306],
+        "sm_max_mhz": 1300,
+        "slowdowns": [],
+        "temperature_c": 45.906,  # the hottest GPU thermal zone of the recorded tree
+        "power_mode": "MAXN",  # nvpmodel's mode name
+    }
+
+
+def test_the_board_state_of_a_jetson_measurement_is_its_emc_clock_gpu_temperature_and_power_mode(
+    orin: Path,
+) -> None:
+    write(orin, "sys/kernel/debug/bpmp/debug/clk/emc/rate", "3199000000\n")
+    state = gpu_clock_state(orin)
+    assert state is not None and (state.mem_mhz, state.power_mode) == (3199, "MAXN")
+    record = clock_record(state, state)
+    assert record is not None and record["mem_mhz"] == 3199 and "power_limit_w" not in record  # no NVML on Jetson

@@ -15,10 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from fakes.fake_driver import FakeEnergyCounter
+from fakes.fake_driver import FakeDriver, FakeEnergyCounter
 from pytest_jetmem.measure import energy as energy_module
+from pytest_jetmem.measure.compare import MIN_SESSIONS
 from runtime_fixtures import _module_kernel_cache, _no_user_device_choice, jetmem_kernel_cache  # noqa: F401
-from runtime_runs import InstallFake, inner, row
+from runtime_runs import InstallFake, inner, jittered, row
 
 ONE = """
 @pytest.mark.memmode("device")
@@ -152,3 +153,66 @@ def test_max_energy_ratio_without_energy_fails_naming_the_argument_and_why(
         "*test_fill[[]zero_copy[]]: memmode_runtime(max_energy_ratio=2) cannot be judged: no energy is measured in "
         "this session (--jetmem-energy=off)*"
     ])
+
+
+# -- the board's state with every measurement; a throttled stretch marks exactly its measurements -----------------
+THREE = """
+from pytest_jetmem.cuda import driver
+
+
+@pytest.mark.memmode("device")
+@pytest.mark.memmode_runtime
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_fill(jetmem, n):
+    fake = driver.installed()
+    fake.power_brake = n == 2  # a power-limit-like stretch: the brake holds while the second test measures
+    try:
+        jetmem.measure(fill(jetmem), label="fill")
+    finally:
+        fake.power_brake = False
+"""
+
+
+def board(fake: FakeDriver) -> tuple:
+    """The fake's board: 1980 MHz, memory 2619 MHz, 41 C, a 700 W limit; the power brake while it is set."""
+    slowdowns = ("HW power brake slowdown",) if getattr(fake, "power_brake", False) else ()
+    return (1980, 1980, slowdowns, (), 2619, 41.0, 700.0)
+
+
+def test_a_throttled_stretch_marks_exactly_the_measurements_it_touched_and_the_board_is_in_every_record(
+    pytester: pytest.Pytester, install_fake_driver: InstallFake, tmp_path: Path
+) -> None:
+    """The fake's power brake holds while the second test measures: only that record is throttled, and of three
+    measurements 30% slower than their baseline only that one is not called a regression (ambiguous: not
+    comparable); every record keeps the clocks, temperature and power limit, and the report shows them."""
+    install_fake_driver("h100", kernel_ms=jittered(0.1, seed=1), clocks=board)
+    pytester.makepyfile(test_board=inner(THREE))
+    for _ in range(MIN_SESSIONS):
+        assert pytester.runpytest("--jetmem-save=main", "--jetmem-energy=off").ret == pytest.ExitCode.OK
+    install_fake_driver("h100", kernel_ms=jittered(0.13, seed=2), clocks=board)  # 30% slower: a regression
+    report = tmp_path / "report.html"
+    result = pytester.runpytest(
+        "-rA", "--jetmem-compare=main", "--jetmem-ambiguous=warn", "--jetmem-energy=off", f"--jetmem-report={report}"
+    )
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
+    rows = {r["nodeid"].rsplit("::", 1)[-1]: r for r in json.loads(report.with_suffix(".json").read_text())["rows"]}
+    assert {name: r["verdict"] for name, r in rows.items()} == {
+        "test_fill[1-device]": "FAIL regression",
+        "test_fill[2-device]": "ambiguous",  # throttled: not called a regression
+        "test_fill[3-device]": "FAIL regression",
+    }
+    reasons = {name: r.get("baseline_reason", "") for name, r in rows.items()}
+    assert [name for name, why in reasons.items() if "throttled" in why] == ["test_fill[2-device]"]
+    throttled = {name: row.get("throttled", []) for name, row in rows.items()}
+    assert throttled == {
+        "test_fill[1-device]": [],
+        "test_fill[2-device]": ["HW power brake slowdown"],
+        "test_fill[3-device]": [],
+    }
+    assert "measured while the GPU was throttled (HW power brake slowdown)" in " ".join(result.stdout.str().split())
+    for recorded in rows.values():
+        clocks = recorded["clocks"]
+        assert (clocks["mem_mhz"], clocks["temperature_c"], clocks["power_limit_w"]) == (2619, 41.0, 700.0)
+    assert "board: SM 1980 of 1980 MHz, memory 2619 MHz, 41 C, limit 700 W; throttled: HW power brake" in (
+        report.read_text()
+    )

@@ -78,6 +78,13 @@ class ClockState:
     sm_max_mhz: int
     slowdowns: tuple[str, ...] = ()
     counters: tuple[tuple[str, int], ...] = ()
+    #: The board's state beside the clock, each None where it cannot be read: the memory clock (MHz; a Jetson's
+    #: EMC), the GPU's temperature (degrees C), the power limit the driver enforces (W; NVML) and a Jetson's power
+    #: mode (nvpmodel's name).
+    mem_mhz: int | None = None
+    temperature_c: float | None = None
+    power_limit_w: float | None = None
+    power_mode: str | None = None
 
 
 # -- the backend interface ---------------------------------------------------------------------------------------

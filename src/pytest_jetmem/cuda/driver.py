@@ -18,7 +18,7 @@ import contextlib
 import functools
 import os
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from pytest_jetmem.cuda.backend import (
@@ -231,7 +231,16 @@ class CudaDriver:
         except Exception:  # no NVML here (ImportError, NVMLError, CudaError): clocks unknown, never guessed
             self._nvml = False
             return None
-        return ClockState(sm, top, tuple(name for bit, name in SLOWDOWN_REASONS.items() if reasons & bit))
+        return ClockState(
+            sm,
+            top,
+            tuple(name for bit, name in SLOWDOWN_REASONS.items() if reasons & bit),
+            mem_mhz=_nvml_or_none(lambda: int(nvml.device_get_clock_info(handle, nvml.ClockType.CLOCK_MEM))),
+            temperature_c=_nvml_or_none(lambda: nvml_temperature(nvml, handle)),
+            power_limit_w=_nvml_or_none(
+                lambda: int(nvml_function(nvml, "nvmlDeviceGetEnforcedPowerLimit")(handle)) / 1000.0
+            ),
+        )
 
     # -- power and energy (NVML) ---------------------------------------------------------------------
     def nvml_total_energy_mj(self, dev: Any) -> int | None:
@@ -672,7 +681,24 @@ NVML_SPELLINGS: dict[str, tuple[str, ...]] = {
         "nvmlDeviceGetTotalEnergyConsumption",
     ),
     "nvmlDeviceGetPowerUsage": ("device_get_power_usage", "deviceGetPowerUsage", "nvmlDeviceGetPowerUsage"),
+    "nvmlDeviceGetEnforcedPowerLimit": ("device_get_enforced_power_limit", "deviceGetEnforcedPowerLimit"),
+    "nvmlDeviceGetTemperatureV": ("device_get_temperature_v", "device_get_temperature", "deviceGetTemperature"),
 }
+
+
+def nvml_temperature(nvml: Any, handle: Any) -> float:
+    """The GPU's temperature (degrees C) by ``nvmlDeviceGetTemperatureV`` (a struct with ``temperature`` in some
+    13.x releases, an int in others) or the older ``nvmlDeviceGetTemperature``."""
+    got = nvml_function(nvml, "nvmlDeviceGetTemperatureV")(handle, nvml.TemperatureSensors.TEMPERATURE_GPU)
+    return float(getattr(got, "temperature", got))
+
+
+def _nvml_or_none(read: Callable[[], float]) -> Any:
+    """``read()``, or None where NVML cannot say (not supported, no such call in these bindings)."""
+    try:
+        return read()
+    except Exception:  # NVMLError, NvmlCallMissing, a struct without the field: that figure is unknown
+        return None
 
 
 class NvmlCallMissing(AttributeError):

@@ -453,17 +453,22 @@ def gpu_clock_state(root: str | Path) -> ClockState | None:
 
     ``sm_mhz`` is the GPU devfreq ``cur_freq``, ``sm_max_mhz`` its ``max_freq`` (the ceiling now, under the power
     mode and any thermal cap), ``slowdowns`` the active throttle indicators (see :class:`JetsonState`) and
-    ``counters`` the over-current event counters, so that events during sampling show as a slowdown.
+    ``counters`` the over-current event counters, so that events during sampling show as a slowdown; ``mem_mhz``
+    the EMC (DRAM) clock, ``temperature_c`` the hottest GPU thermal zone, ``power_mode`` nvpmodel's mode name.
     """
     s = read_jetson_state(Path(root))
     if not s.is_jetson or s.gpu_cur_freq_hz is None:
         return None
     top = s.gpu_max_freq_hz or s.gpu_cur_freq_hz
+    gpu_zones = [c for name, c in s.thermal.items() if "gpu" in name.lower()]
     return ClockState(
         round(s.gpu_cur_freq_hz / 1e6),
         round(top / 1e6),
         tuple(s.throttle_reasons),
         tuple(sorted(s.oc_event_counts.items())),
+        mem_mhz=round(s.emc_freq_hz / 1e6) if s.emc_freq_hz else None,
+        temperature_c=max(gpu_zones) if gpu_zones else None,
+        power_mode=s.nvpmodel_name,
     )
 
 

@@ -175,22 +175,60 @@ class Clocks:
     sm_mhz: tuple[float, ...]
     sm_max_mhz: float | None = None
     slowdowns: tuple[str, ...] = ()
+    #: The board's state, where known: memory clock (MHz; a Jetson's EMC), GPU temperature (C), enforced power
+    #: limit (W), a Jetson's power mode.
+    mem_mhz: float | None = None
+    temperature_c: float | None = None
+    power_limit_w: float | None = None
+    power_mode: str | None = None
 
     @property
     def median_mhz(self) -> float | None:
         """The clock the measurement ran at (the median of the readings); None: unknown."""
         return float(_median(self.sm_mhz)) if self.sm_mhz else None
 
+    def describe(self) -> str:
+        """``SM 1980 of 1980 MHz, memory 3201 MHz, 41 C, limit 700 W, mode MAXN; throttled: SW thermal slowdown``."""
+        median = self.median_mhz
+        top = f" of {self.sm_max_mhz:.0f}" if self.sm_max_mhz else ""
+        parts = [f"SM {median:.0f}{top} MHz"] if median else []
+        if self.mem_mhz is not None:
+            parts.append(f"memory {self.mem_mhz:.0f} MHz")
+        if self.temperature_c is not None:
+            parts.append(f"{self.temperature_c:.0f} C")
+        if self.power_limit_w is not None:
+            parts.append(f"limit {self.power_limit_w:.0f} W")
+        if self.power_mode is not None:
+            parts.append(f"mode {self.power_mode}")
+        text = ", ".join(parts) or "clocks not known"
+        return f"{text}; throttled: {', '.join(self.slowdowns)}" if self.slowdowns else text
+
     def to_json(self) -> dict[str, object]:
-        return {"sm_mhz": list(self.sm_mhz), "sm_max_mhz": self.sm_max_mhz, "slowdowns": list(self.slowdowns)}
+        board = {
+            "mem_mhz": self.mem_mhz,
+            "temperature_c": self.temperature_c,
+            "power_limit_w": self.power_limit_w,
+            "power_mode": self.power_mode,
+        }
+        return {
+            "sm_mhz": list(self.sm_mhz),
+            "sm_max_mhz": self.sm_max_mhz,
+            "slowdowns": list(self.slowdowns),
+            **{key: value for key, value in board.items() if value is not None},
+        }
 
     @classmethod
     def from_json(cls, data: object) -> Clocks:
         obj = _object(data, "clocks")
+        mode = obj.get("power_mode")
         return cls(
             sm_mhz=_numbers(obj.get("sm_mhz", []), "clocks.sm_mhz"),
             sm_max_mhz=_optional_number(obj.get("sm_max_mhz"), "clocks.sm_max_mhz"),
             slowdowns=_strs(obj.get("slowdowns", []), "clocks.slowdowns"),
+            mem_mhz=_optional_number(obj.get("mem_mhz"), "clocks.mem_mhz"),
+            temperature_c=_optional_number(obj.get("temperature_c"), "clocks.temperature_c"),
+            power_limit_w=_optional_number(obj.get("power_limit_w"), "clocks.power_limit_w"),
+            power_mode=_any_str(mode, "clocks.power_mode") if mode is not None else None,
         )
 
 

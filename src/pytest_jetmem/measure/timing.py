@@ -384,16 +384,26 @@ def clock_state(device: Device) -> ClockState | None:
 def clock_record(before: ClockState | None, after: ClockState | None) -> dict[str, Any] | None:
     """The clock record of a measurement from the states before and after sampling (None: unknown).
 
-    Event counters (a Jetson's over-current events) that rose while sampling count as slowdowns.
+    Event counters (a Jetson's over-current events) that rose while sampling count as slowdowns. The board's state
+    beside it, where known: the memory clock and power limit after sampling, the hotter of the two temperatures, the
+    power mode.
     """
     if before is None or after is None:
         return None
     earlier = dict(before.counters)
     events = [f"{name} events +{n - earlier[name]}" for name, n in after.counters if n > earlier.get(name, n)]
+    temperatures = [t for t in (before.temperature_c, after.temperature_c) if t is not None]
+    board = {
+        "mem_mhz": after.mem_mhz,
+        "temperature_c": max(temperatures) if temperatures else None,
+        "power_limit_w": after.power_limit_w,
+        "power_mode": after.power_mode,
+    }
     return {
         "sm_mhz": [before.sm_mhz, after.sm_mhz],
         "sm_max_mhz": after.sm_max_mhz,
         "slowdowns": sorted(set(before.slowdowns) | set(after.slowdowns) | set(events)),
+        **{key: value for key, value in board.items() if value is not None},
     }
 
 

@@ -181,6 +181,12 @@ def _counters_td(r: MeasurementRecord) -> Markup:
     return Markup(f"<td>{esc(r.counters.summary() if r.counters is not None else '')}</td>")
 
 
+def _board(r: MeasurementRecord) -> str:
+    """The board's state while ``r`` was measured (clocks, temperature, power limit, power mode, throttling)."""
+    clocks = r.conditions.clocks
+    return f"board: {clocks.describe()}" if clocks is not None else "board: not known"
+
+
 def _energy_td(r: MeasurementRecord) -> Markup:
     """The energy-per-call cell (empty where the row has none), its full account in the tooltip."""
     e = r.energy
@@ -198,7 +204,8 @@ def _table_row(r: MeasurementRecord, g: Group, counted: bool, energy: bool = Fal
     return join([
         Markup(f'<tr><td class="test" title="{esc(r.nodeid)}"><a href="#{esc(g.anchor)}">'
                f"{esc(_item_name(r.nodeid))}</a></td>"
-               f'<td class="nw">{esc(mode_swatch(r.mode, g.modes))}{esc(r.mode)}</td><td class="nw">{esc(r.key)}</td>'),
+               f'<td class="nw" title="{esc(_board(r))}">{esc(mode_swatch(r.mode, g.modes))}{esc(r.mode)}</td>'
+               f'<td class="nw">{esc(r.key)}</td>'),
         *_figure_cells(r),
         _ratio_td(r, g),
         _num_td(format_ms(first), _finite_or_none(first)),
