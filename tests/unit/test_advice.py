@@ -37,6 +37,7 @@ from pytest_jetmem.measure.advice import (
     format_advice,
 )
 from pytest_jetmem.measure.counters import CounterSample, UnifiedMemoryCounters
+from pytest_jetmem.measure.energy import Energy
 from pytest_jetmem.measure.record import MeasurementRecord
 from pytest_jetmem.measure.stats import ratio_ci
 
@@ -401,7 +402,7 @@ def test_the_json_is_plain_json_with_every_key() -> None:
     test = doc["tests"][0]  # type: ignore[index]
     assert set(test) == {
         "test", "key", "scope", "pick", "fastest", "leaders", "margin", "why_no_pick", "modes", "reasons", "rule",
-        "summary",
+        "energy", "summary",
     }  # fmt: skip
     assert set(test["rule"]) == {"kind", "sections", "text", "verdict", "evidence"}
     assert {r["kind"] for r in test["reasons"]} == {"uncached_penalty", "first_call"}
@@ -442,3 +443,44 @@ def test_the_advice_never_names_a_winner_whose_interval_overlaps_the_runner_up(
         assert len(values) >= 5 and len(mine) >= 5
         _, low, _ = ratio_ci(mine, values, confidence=CONFIDENCE)
         assert low > 1 + EQUIVALENCE_MARGIN  # its interval is clear of 1 (and of the margin): no overlap
+
+
+# -- time and energy side by side ----------------------------------------------------------------------------------
+def joules(mj: float, spread: float = 0.02) -> Energy:
+    """An energy per call of ``mj`` millijoules with a +-``spread`` interval (NVML's counter on an H200)."""
+    j = mj / 1e3
+    return Energy(j, j * (1 - spread), j * (1 + spread), 400.0, 120.0, 5, 5000, 1.0, "NVML", "gpu-board", "interval")
+
+
+def test_the_advice_states_time_and_energy_against_the_fastest_mode() -> None:
+    """The H200's 64 MiB copy (docs/energy.md): zero_copy 47x the time of device, 5.1x its energy."""
+    rows = [
+        replace(rec("device", noisy(0.0352, seed=1)), energy=joules(10.9)),
+        replace(rec("zero_copy", noisy(1.67, seed=2)), energy=joules(55.9)),
+    ]
+    (a,) = advise(rows, H100).advice
+    assert a.energy == (
+        f"zero_copy: {rows[1].median / rows[0].median:.3g}x the time, {55.9 / 10.9:.3g}x the energy of device",
+    )
+    assert f"  energy: {a.energy[0]}" in format_advice(advise(rows, H100))
+    assert advise(rows, H100).advice[0].to_json()["energy"] == list(a.energy)
+
+
+def test_the_advice_says_when_time_and_energy_pick_different_modes() -> None:
+    """A mode 10% slower that uses clearly less energy (its interval below the fastest's): said; one whose energy is
+    within the fastest's interval: not."""
+    rows = [
+        replace(rec("device", noisy(1.0, seed=1)), energy=joules(10.0)),
+        replace(rec("managed", noisy(1.1, seed=2)), energy=joules(6.0)),
+    ]
+    (a,) = advise(rows, ORIN).advice
+    assert a.energy[-1] == (
+        "time and energy pick different modes: device is the fastest, managed uses the least energy (0.6x device's)"
+    )
+    close = [rows[0], replace(rows[1], energy=joules(9.9))]
+    assert not any("pick different" in line for line in advise(close, ORIN).advice[0].energy)
+
+
+def test_no_energy_line_where_a_mode_has_no_energy() -> None:
+    rows = [replace(rec("device", noisy(1.0, seed=1)), energy=joules(10.0)), rec("managed", noisy(1.1, seed=2))]
+    assert advise(rows, ORIN).advice[0].energy == ()

@@ -42,6 +42,7 @@ from pytest_jetmem.measure.advice_model import (
     SessionAdvice,
     Standing,
     TouchCost,
+    energy_lines,
 )
 from pytest_jetmem.measure.advice_reasons import Evidence, reasons
 from pytest_jetmem.measure.advice_rules import note_rule
@@ -187,6 +188,7 @@ def advise_one(
         reasons=reasons(evidence),
         rule=note_rule(scope, by_mode, facts),
         why_no_pick=ranking.why_no_pick,
+        energy=energy_lines(measured, ranking.fastest),
     )
 
 

@@ -39,6 +39,7 @@ def advice_lines(advice: Advice, *, indent: str = "  ", rule_text: bool = True) 
     return [
         indent + advice.summary(),
         *_slower_lines(advice, indent),
+        *(f"{indent}energy: {line}" for line in advice.energy),
         *_why_lines(advice, indent),
         *_rule_lines(advice.rule, indent, rule_text=rule_text),
     ]
