@@ -41,6 +41,7 @@ if TESTS_DIR not in sys.path:
 
 from fakes.fake_driver import FakeDriver  # noqa: E402
 from pg_server import postgres_server_fixture  # noqa: E402, F401  (one server per session, or per xdist worker)
+from plugin_loading import lean_plugins  # noqa: E402
 from pytest_jetmem.cuda import driver  # noqa: E402
 
 # An in-process pytester run drops every module it imported when it ends. hypothesis' pytest plugin imports
@@ -123,23 +124,15 @@ def pytester(
     return pytester
 
 
-#: The plugins a child pytest of the suite loads (with ``PYTEST_DISABLE_PLUGIN_AUTOLOAD``): ours and pytest-xdist's.
-LEAN_PLUGINS = ("pytest_jetmem.plugin", "xdist.plugin", "xdist.looponfail")
-
-
 def _lean(runpytest_subprocess: Callable[..., Any], monkeypatch: pytest.MonkeyPatch) -> Callable[..., Any]:
-    """``runpytest_subprocess`` whose pytest loads only :data:`LEAN_PLUGINS` (and its jetmem children with it:
-    they inherit the environment), not every plugin installed beside them (pytest-html, pytest-cov, ...: about
-    0.7 s of CPU per process here). A test that needs the others is marked ``every_plugin``; a test that sets
+    """``runpytest_subprocess`` whose pytest loads only ``plugin_loading.LEAN_PLUGINS`` (and its jetmem children
+    with it: they inherit the environment), not every plugin installed beside them (pytest-html, pytest-cov, ...:
+    about 0.7 s of CPU per process here). A test that needs the others is marked ``every_plugin``; a test that sets
     either variable itself keeps its own."""
-    plugins = [name for name in LEAN_PLUGINS if importlib.util.find_spec(name.split(".")[0]) is not None]
 
     def run(*args: Any, **kwargs: Any) -> Any:
-        if {"PYTEST_DISABLE_PLUGIN_AUTOLOAD", "PYTEST_PLUGINS"} & set(os.environ):
-            return runpytest_subprocess(*args, **kwargs)
         with monkeypatch.context() as env:
-            env.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
-            env.setenv("PYTEST_PLUGINS", ",".join(plugins))
+            lean_plugins(env)
             return runpytest_subprocess(*args, **kwargs)
 
     return run

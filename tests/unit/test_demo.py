@@ -9,7 +9,6 @@ kernel and per kind of memory, so the tables' ratios and winners are exact.
 
 from __future__ import annotations
 
-import hashlib
 import re
 from collections.abc import Callable
 from dataclasses import replace
@@ -148,20 +147,23 @@ def test_one_mode_only() -> None:
 
 # -- the suite on the fake driver ------------------------------------------------------------------------
 class Emulators:
-    """numpy stand-ins for the demo's kernels, memoised on the input bytes (the demo repeats each launch)."""
+    """numpy stand-ins for the demo's kernels, memoised on the inputs (the demo repeats each launch): a launch whose
+    inputs equal an earlier launch's, element for element, gets that launch's output. The inputs are compared, not
+    hashed (hashing the 16 MB operands of each matmul launch took most of the demo run's time); a strided sample of
+    their bytes picks the earlier launches worth comparing."""
 
     def __init__(self) -> None:
-        self.cache: dict[tuple[str, bytes], np.ndarray] = {}
+        self.cache: dict[tuple[object, ...], list[tuple[tuple[np.ndarray, ...], np.ndarray]]] = {}
 
     def _memo(self, name: str, inputs: tuple[np.ndarray, ...], compute: Callable[[], np.ndarray]) -> np.ndarray:
-        h = hashlib.blake2b(digest_size=16)
-        for a in inputs:
-            h.update(str(a.shape).encode())
-            h.update(a.tobytes())
-        key = (name, h.digest())
-        if key not in self.cache:
-            self.cache[key] = compute()
-        return self.cache[key]
+        key = (name, *((a.shape, a.dtype.str, a.reshape(-1)[:: max(1, a.size // 512)].tobytes()) for a in inputs))
+        seen = self.cache.setdefault(key, [])
+        for earlier, out in seen:
+            if all(np.array_equal(a, b) for a, b in zip(inputs, earlier, strict=True)):
+                return out
+        out = compute()
+        seen.append((tuple(a.copy() for a in inputs), out))
+        return out
 
     def conv2d(self, fake: FakeDriver, launch: Launch) -> None:
         w, h, kw, kh = (launch.value(i, np.int32) for i in range(3, 7))

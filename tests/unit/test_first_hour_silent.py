@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from concurrency_runs import _lean_plugins  # noqa: F401  (in-process runs load the suite's plugins only)
 from duet_runs import run_sides
 from fakes.fake_driver import conftest_source
 from pytest_jetmem.cuda import driver
@@ -211,12 +212,18 @@ def test_a_side_that_stops_inside_the_turns_leaves_the_other_to_go_on_alone(
 @pytest.mark.usefixtures("jetmem_kernel_cache")  # one NVRTC cache for the module's runs
 @pytest.mark.parametrize("profile", ["no_device", "dgpu"])
 @pytest.mark.parametrize("xdist", [[], ["-n", "2"]], ids=["serial", "xdist"])
-def test_a_missing_compare_baseline_is_said_once(pytester: pytest.Pytester, profile: str, xdist: list[str]) -> None:
+def test_a_missing_compare_baseline_is_said_once(
+    pytester: pytest.Pytester, install_fake_driver: InstallFake, profile: str, xdist: list[str]
+) -> None:
+    """Serial, in this process (on a fake installed here); under xdist, in a pytest of its own with its workers."""
+    pytester.makepyfile(test_m=inner(RATIO_AND_MORE))
     if xdist:
         pytest.importorskip("xdist")
-    pytester.makeconftest(conftest_source(profile))
-    pytester.makepyfile(test_m=inner(RATIO_AND_MORE))
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--jetmem-compare=nope", *xdist)
+        pytester.makeconftest(conftest_source(profile))
+        result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--jetmem-compare=nope", *xdist)
+    else:
+        install_fake_driver(profile)
+        result = pytester.runpytest("-p", "no:cacheprovider", "--jetmem-compare=nope")
     assert result.ret in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED)
     said = [line for line in result.stdout.lines if line.startswith("jetmem: no baseline 'nope'")]
     assert len(said) == 1, result.stdout.str()
@@ -231,22 +238,16 @@ def test_m(jetmem):
 """
 
 
-@pytest.mark.usefixtures("jetmem_kernel_cache")  # one NVRTC cache for the module's runs
 def test_an_existing_compare_baseline_with_nothing_measured_says_nothing_was_compared(
-    pytester: pytest.Pytester,
+    pytester: pytest.Pytester, install_fake_driver: InstallFake
 ) -> None:
-    (pytester.path / "profile.txt").write_text("dgpu")
-    pytester.makeconftest(
-        conftest_source("dgpu").replace(
-            "FAKE = FakeDriver('dgpu')",
-            "from pathlib import Path\nFAKE = FakeDriver(Path(__file__).with_name('profile.txt').read_text())",
-        )
-    )
+    """Saved on a GPU (a fake one), compared where there is none: both runs in this process."""
     pytester.makepyfile(test_m=inner(RATIO_AND_MORE))
-    saved = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--jetmem-save=main")
+    install_fake_driver("dgpu")
+    saved = pytester.runpytest("-p", "no:cacheprovider", "--jetmem-save=main")
     saved.assert_outcomes(passed=2)
-    (pytester.path / "profile.txt").write_text("no_device")
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--jetmem-compare=main", "--jetmem-arch=none")
+    install_fake_driver("no_device")
+    result = pytester.runpytest("-p", "no:cacheprovider", "--jetmem-compare=main", "--jetmem-arch=none")
     result.assert_outcomes(skipped=2)
     result.stdout.fnmatch_lines(
         ["jetmem: --jetmem-compare=main: nothing was measured, so nothing was compared with it"]

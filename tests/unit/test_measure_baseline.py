@@ -6,6 +6,7 @@ import json
 import multiprocessing
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -360,23 +361,32 @@ def test_save_validates_arguments(tmp_path: Path) -> None:
 # --- concurrency ------------------------------------------------------------------------------------------
 
 
-def _worker(directory: str, worker: int, n: int) -> None:
-    """Adds ``n`` entries one save at a time, as an xdist worker of session "xdist" would."""
+#: Saves per process and samples per entry of the concurrency test: every process's saves overlap the others'
+#: (they start together), and each save rewrites the whole file, so more of either adds time, not contention.
+SAVES, SAMPLES = 10, 20
+
+
+def _worker(directory: str, worker: int, n: int, start: Any) -> None:
+    """Adds ``n`` entries one save at a time, as an xdist worker of session "xdist" would, once every process of
+    the test has started (``start``: a barrier of them all)."""
     store = BaselineStore(directory)
+    start.wait(60)
     for i in range(n):
         e = Entry(
             nodeid=f"tests/test_w.py::test_{worker}_{i}",
             mode=("device", "managed", "zero_copy")[i % 3],
             scope="call",
-            samples=tuple(0.1 * worker + 0.001 * i + 1e-5 * k for k in range(50)),
+            samples=tuple(0.1 * worker + 0.001 * i + 1e-5 * k for k in range(SAMPLES)),
             first_call_ms=float(worker),
         )
         store.save("shared", H100, {e.key: e}, session="xdist")
 
 
 def test_concurrent_saves_from_8_processes_lose_nothing(tmp_path: Path) -> None:
+    """8 processes save into one baseline at once, each entry in a save of its own: every entry is in the file."""
     ctx = multiprocessing.get_context("spawn")
-    procs = [ctx.Process(target=_worker, args=(str(tmp_path), w, 25)) for w in range(8)]
+    start = ctx.Barrier(8)
+    procs = [ctx.Process(target=_worker, args=(str(tmp_path), w, SAVES, start)) for w in range(8)]
     for p in procs:
         p.start()
     for p in procs:
@@ -385,12 +395,12 @@ def test_concurrent_saves_from_8_processes_lose_nothing(tmp_path: Path) -> None:
 
     doc = json.loads((tmp_path / "shared.json").read_text("utf-8"))  # valid JSON
     assert doc["session"] == "xdist"
-    assert len(doc["entries"]) == 200
+    assert len(doc["entries"]) == 8 * SAVES
     loaded = BaselineStore(tmp_path).load("shared")
-    assert len(loaded.entries) == 200
+    assert len(loaded.entries) == 8 * SAVES
     for w in range(8):
-        for i in range(25):
+        for i in range(SAVES):
             e = next(x for k, x in loaded.entries.items() if k.startswith(f"tests/test_w.py::test_{w}_{i}::"))
-            assert len(e.samples) == 50 and e.first_call_ms == float(w)
+            assert len(e.samples) == SAMPLES and e.first_call_ms == float(w)
     leftovers = sorted(p.name for p in tmp_path.iterdir())
     assert leftovers == ["shared.json", "shared.json.lock"]

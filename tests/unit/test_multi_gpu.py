@@ -146,22 +146,39 @@ def test_a_sticky_error_on_one_gpu_costs_that_test_only(project: pytest.Pytester
 
 
 # -- (d) JETMEM_DEVICE and CUDA_VISIBLE_DEVICES ---------------------------------------------------------------------
-def test_jetmem_device_puts_every_worker_on_that_device(
+FOUR = ["Fake GPU 0", "Fake GPU 1", "Fake GPU 2", "Fake GPU 3"]
+
+
+def test_jetmem_device_puts_every_worker_on_that_device_an_ordinal_of_the_visible_devices(
     project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """JETMEM_DEVICE=1 puts every one of 4 workers on device 1; on a machine with 4 GPUs, CUDA_VISIBLE_DEVICES=3,1
+    shows two, and device 1 is GPU 1."""
+    (project.path / "gpus.txt").write_text("\n".join(FOUR) + "\n")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,1")
     monkeypatch.setenv("JETMEM_DEVICE", "1")
     result = run(project, "-n", "4", "-k", "timed")
     result.assert_outcomes(passed=8)
     assert set(workers(result).values()) == {0, 1, 2, 3}
-    assert [r["ordinal"] for r in records(project)] == [1] * 8
+    recs = records(project)
+    assert [r["ordinal"] for r in recs] == [1] * 8
+    for r in recs:
+        assert r["device"] == "Fake GPU 1", r
+
+
+def run_in_process(project: pytest.Pytester, *args: str) -> pytest.RunResult:
+    """:func:`multi_gpu_runs.run` in this process, for a run that ends in a usage error before any test (the project's
+    conftest installs its fake driver here: ``restore_driver_backend`` puts the previous one back)."""
+    return project.runpytest("-p", "no:cacheprovider", "-p", "no:randomly", "-v", *args)
 
 
 @pytest.mark.parametrize("xdist", [[], ["-n", "2"]], ids=["serial", "xdist"])
 def test_jetmem_device_past_the_devices_is_a_usage_error(
-    project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, xdist: list[str]
+    project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, restore_driver_backend: None, xdist: list[str]
 ) -> None:
+    """Serial, in this process; under xdist, in a pytest of its own (with its workers)."""
     monkeypatch.setenv("JETMEM_DEVICE", "2")
-    result = run(project, "-k", "timed", *xdist)
+    result = run(project, "-k", "timed", *xdist) if xdist else run_in_process(project, "-k", "timed")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(
         [
@@ -172,22 +189,14 @@ def test_jetmem_device_past_the_devices_is_a_usage_error(
     assert records(project) == []
 
 
-FOUR = ["Fake GPU 0", "Fake GPU 1", "Fake GPU 2", "Fake GPU 3"]
-
-
-@pytest.mark.parametrize(
-    ("jetmem_device", "expected"),
-    [(None, {0: "Fake GPU 3", 1: "Fake GPU 1"}), ("1", {0: "Fake GPU 1", 1: "Fake GPU 1"})],
-    ids=["per-worker", "JETMEM_DEVICE=1"],
-)
 def test_ordinals_number_the_devices_cuda_visible_devices_leaves(
-    project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, jetmem_device: str | None, expected: dict[int, str]
+    project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """On a machine with 4 GPUs, CUDA_VISIBLE_DEVICES=3,1 shows two: device 0 is GPU 3, device 1 is GPU 1."""
+    """On a machine with 4 GPUs, CUDA_VISIBLE_DEVICES=3,1 shows two: device 0 is GPU 3, device 1 is GPU 1; worker gwN
+    takes device N (with JETMEM_DEVICE=1: the test above)."""
+    expected = {0: "Fake GPU 3", 1: "Fake GPU 1"}
     (project.path / "gpus.txt").write_text("\n".join(FOUR) + "\n")
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,1")
-    if jetmem_device is not None:
-        monkeypatch.setenv("JETMEM_DEVICE", jetmem_device)
     result = run(project, "-n", "2", "-k", "timed")
     result.assert_outcomes(passed=8)
     ran_on = workers(result)
@@ -197,12 +206,13 @@ def test_ordinals_number_the_devices_cuda_visible_devices_leaves(
 
 
 def test_jetmem_device_indexes_the_visible_devices_only(
-    project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+    project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, restore_driver_backend: None
 ) -> None:
+    """A usage error before any test: the run is made in this process."""
     (project.path / "gpus.txt").write_text("\n".join(FOUR) + "\n")
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,1")
     monkeypatch.setenv("JETMEM_DEVICE", "3")  # the machine's GPU 3 is visible, as device 0
-    result = run(project, "-k", "timed")
+    result = run_in_process(project, "-k", "timed")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(
         [

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from concurrency_runs import PLUGIN, outcomes
+from concurrency_runs import PLUGIN, _lean_plugins, outcomes  # noqa: F401  (the runs and their children: lean)
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="child processes need POSIX process groups")
 
@@ -324,12 +324,12 @@ def _baseline(path: Path) -> dict[str, Any]:
     return data
 
 
-@pytest.mark.parametrize("given", ["command line", "addopts"])
-def test_a_child_measurement_reaches_table_baseline_report_and_json(
+def _child_measurement_reaches_table_baseline_report_and_json(
     run_fake: Callable[..., pytest.RunResult], pytester: pytest.Pytester, given: str
-) -> None:
+) -> dict[str, Any]:
     """The child's row is in the parent's table, report and JSON; its entry in the parent's baseline. The child saves
-    nothing, also where ``--jetmem-save`` comes from the ini file's addopts, which the child reads too."""
+    nothing, also where ``--jetmem-save`` comes from the ini file's addopts, which the child reads too. The baseline
+    saved, as read back."""
     save = ["--jetmem-save=main"]
     if given == "addopts":
         pytester.makeini(f"[pytest]\naddopts = {save.pop()}\n")
@@ -349,15 +349,26 @@ def test_a_child_measurement_reaches_table_baseline_report_and_json(
     assert all(set(e.get("run_sessions", [base["session"]])) == {base["session"]} for e in base["entries"].values())
     assert len(json.loads((pytester.path / "out" / "r.json").read_text())["rows"]) == 2
     assert len(json.loads((pytester.path / "out" / "b.json").read_text())["benchmarks"]) == 2
+    return base
 
 
-def test_overwrite_keeps_the_real_previous_baseline(
+def test_a_child_measurement_reaches_table_baseline_report_and_json_where_save_comes_from_addopts(
     run_fake: Callable[..., pytest.RunResult], pytester: pytest.Pytester
 ) -> None:
+    """The child's row is in the parent's table, report and JSON; its entry in the parent's baseline. The child saves
+    nothing, also where ``--jetmem-save`` comes from the ini file's addopts, which the child reads too."""
+    _child_measurement_reaches_table_baseline_report_and_json(run_fake, pytester, "addopts")
+
+
+def test_a_child_measurement_reaches_table_baseline_report_and_json_and_overwrite_keeps_the_real_previous_baseline(
+    run_fake: Callable[..., pytest.RunResult], pytester: pytest.Pytester
+) -> None:
+    """``--jetmem-save`` on the command line: the child's row is in the parent's table, report and JSON, its entry in
+    the parent's baseline, and the child saves nothing. Saved again with ``--jetmem-overwrite``, the previous baseline
+    kept is the real one (both tests), and the new one is one session's, both tests."""
+    first = _child_measurement_reaches_table_baseline_report_and_json(run_fake, pytester, "command line")
     args = ("--jetmem-save=main", "--jetmem-max-time=0.05")
-    run_fake(MEASURED, *args, parent="dgpu", child="dgpu").assert_outcomes(passed=2)
     baselines = pytester.path / ".jetmem" / "baselines"
-    first = _baseline(baselines / "main.json")
     run_fake(MEASURED, *args, "--jetmem-overwrite", parent="dgpu", child="dgpu").assert_outcomes(passed=2)
     assert _files(baselines) == ["main.json", "main.json.prev"]
     assert _baseline(baselines / "main.json.prev") == first  # the real previous baseline, both tests

@@ -8,6 +8,7 @@ The project under test installs the fake driver in every process (as tests/unit/
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import shutil
 import sys
@@ -40,23 +41,31 @@ def project(pytester: pytest.Pytester) -> pytest.Pytester:
     return make_project(pytester, FAKE)
 
 
-@pytest.mark.parametrize("xdist", [[], ["-n", "2"]], ids=["serial", "xdist"])
-def test_against_children_leave_every_report_to_the_parent(
+@pytest.mark.parametrize("xdist", [[], ["-n", "2"]], ids=["serial-and-coverage", "xdist"])
+def test_against_children_leave_every_report_and_the_coverage_data_to_the_parent(
     project: pytest.Pytester, xdist: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Each report lists each test once; every child session saw a workerinput naming it, and the conftest's
     ``pytest_pyfunc_call`` wrapper ran once per test in the parent; the pairs' folders (the base tree, the
-    children's logs) are gone at the end, on xdist workers too."""
+    children's logs) are gone at the end, on xdist workers too.
+
+    The serial run is under pytest-cov as well (where it is installed): the children run no coverage controller,
+    so there is one coverage report, printed by the parent, and the parallel data files were combined by it."""
     pytest.importorskip("pytest_jsonreport")
     pytest.importorskip("pytest_html")
     if xdist:
         pytest.importorskip("xdist")
+    coverage = not xdist and importlib.util.find_spec("pytest_cov") is not None
     temp = tmp_path / "temp"
     temp.mkdir()
     monkeypatch.setenv("TMPDIR", str(temp))
-    result = project.runpytest_subprocess("--jetmem-against=HEAD", *OUTPUTS, *xdist)
+    cov = ["--cov=.", "--cov-report=term"] if coverage else []
+    result = project.runpytest_subprocess("--jetmem-against=HEAD", *OUTPUTS, *cov, *xdist)
     check_against_run(project, result, bool(xdist))
     assert sorted(p.name for p in temp.glob("jetmem-*")) == []
+    if coverage:
+        assert sum("coverage: " in line or "_ coverage:" in line for line in result.outlines) == 1, result.outlines
+        assert not list(project.path.glob(".coverage.*"))  # the parallel files were combined by the parent
 
 
 def test_concurrency_child_leaves_the_json_report_to_the_parent(pytester: pytest.Pytester) -> None:
@@ -88,12 +97,3 @@ def test_concurrency_child_leaves_the_json_report_to_the_parent(pytester: pytest
     assert sorted(tests) == ["test_it.py::test_conc[managed]", "test_it.py::test_plain"]
     junit = [c.get("name") for c in ET.parse(pytester.path / "j.xml").getroot().iter("testcase")]
     assert sorted(junit) == ["test_conc[managed]", "test_plain"]
-
-
-def test_coverage_data_is_the_parents_alone(project: pytest.Pytester) -> None:
-    """Under pytest-cov, the children run no coverage controller: one report, printed by the parent."""
-    pytest.importorskip("pytest_cov")
-    result = project.runpytest_subprocess("--jetmem-against=HEAD", "--cov=.", "--cov-report=term")
-    result.assert_outcomes(passed=3)
-    assert sum("coverage: " in line or "_ coverage:" in line for line in result.outlines) == 1, result.outlines
-    assert not list(project.path.glob(".coverage.*"))  # the parallel files were combined by the parent

@@ -153,16 +153,21 @@ def test_a_fault_in_the_fresh_session_gets_another(project: pytest.Pytester) -> 
     result.stdout.fnmatch_lines(["*15 later GPU test(s) ran in 3 fresh session(s)*"])
 
 
-def test_relayed_measurements_reach_table_baseline_report_and_json(pytester: pytest.Pytester) -> None:
+def test_relayed_measurements_reach_table_baseline_report_and_json_and_overwrite_keeps_the_real_previous_baseline(
+    pytester: pytest.Pytester,
+) -> None:
+    """The fresh session's measurements reach the parent's table, baseline (one session: the parent's), benchmark
+    JSON and report, and the fresh session writes no report of its own. It saves nothing of its own either: the
+    parent saves its entries, so a second run with --jetmem-overwrite keeps the real previous baseline as .prev and
+    the new one holds both processes' measurements."""
     pytester.makeconftest(CONFTEST)
     pytester.makepyfile(test_rt=RUNTIME)
-    result = pytester.runpytest_subprocess(
-        "-p", "no:randomly", "-p", "no:xdist", "--jetmem-save=main", "--jetmem-report=out/r.html",
-        "--jetmem-benchmark-json=out/b.json",
-    )  # fmt: skip
+    args = ("-p", "no:randomly", "-p", "no:xdist", "--jetmem-save=main", "--jetmem-max-time=0.05")
+    result = pytester.runpytest_subprocess(*args, "--jetmem-report=out/r.html", "--jetmem-benchmark-json=out/b.json")
     result.assert_outcomes(passed=3, failed=1)
     result.stdout.fnmatch_lines(["*jetmem runtimes*", "*test_b_timed*device*scale*", "*test_b_timed*managed*scale*"])
-    base = json.loads(Path(pytester.path, ".jetmem/baselines/main.json").read_text())
+    baselines = pytester.path / ".jetmem" / "baselines"
+    base = json.loads((baselines / "main.json").read_text())
     assert len(base["entries"]) == 3  # the parent's and the fresh session's, merged as one session
     assert base["session"]  # one session: the fresh session saved under the parent's id
     assert all(set(e.get("run_sessions", [base["session"]])) == {base["session"]} for e in base["entries"].values())
@@ -171,6 +176,15 @@ def test_relayed_measurements_reach_table_baseline_report_and_json(pytester: pyt
     rows = json.loads(Path(pytester.path, "out/r.json").read_text())
     assert len(rows["rows"]) == 3
     assert not list(pytester.path.glob("**/basetemp*/**/r.html"))  # the relay wrote no report of its own
+
+    first = base
+    pytester.runpytest_subprocess(*args, "--jetmem-overwrite").assert_outcomes(passed=3, failed=1)
+    assert json.loads((baselines / "main.json.prev").read_text()) == first
+    second = json.loads((baselines / "main.json").read_text())
+    assert second["session"] != first["session"] and len(second["entries"]) == 3
+    assert all(
+        set(e.get("run_sessions", [second["session"]])) == {second["session"]} for e in second["entries"].values()
+    )
 
 
 def test_a_fresh_session_that_dies_fails_that_test_and_the_next_gets_another(project: pytest.Pytester) -> None:
@@ -186,22 +200,4 @@ def test_a_fresh_session_that_dies_fails_that_test_and_the_next_gets_another(pro
             "the fresh session's pytest ended (exit status 3)*",
             "*15 later GPU test(s) ran in 2 fresh session(s)*",
         ]
-    )
-
-
-def test_overwrite_keeps_the_real_previous_baseline(pytester: pytest.Pytester) -> None:
-    """The fresh session saves nothing of its own: the parent saves its entries, so --jetmem-overwrite keeps the
-    real previous baseline as .prev and the new one holds both processes' measurements."""
-    pytester.makeconftest(CONFTEST)
-    pytester.makepyfile(test_rt=RUNTIME)
-    args = ("-p", "no:randomly", "-p", "no:xdist", "--jetmem-save=main", "--jetmem-max-time=0.05")
-    pytester.runpytest_subprocess(*args).assert_outcomes(passed=3, failed=1)
-    baselines = pytester.path / ".jetmem" / "baselines"
-    first = json.loads((baselines / "main.json").read_text())
-    pytester.runpytest_subprocess(*args, "--jetmem-overwrite").assert_outcomes(passed=3, failed=1)
-    assert json.loads((baselines / "main.json.prev").read_text()) == first
-    second = json.loads((baselines / "main.json").read_text())
-    assert second["session"] != first["session"] and len(second["entries"]) == 3
-    assert all(
-        set(e.get("run_sessions", [second["session"]])) == {second["session"]} for e in second["entries"].values()
     )

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from concurrency_runs import _lean_plugins  # noqa: F401  (in-process runs load the suite's plugins only)
 from fakes.fake_driver import FakeDriver, conftest_source
 from pytest_jetmem.measure.compare import MIN_SESSIONS
 from runtime_fixtures import _module_kernel_cache, _no_user_device_choice, jetmem_kernel_cache  # noqa: F401
@@ -413,7 +414,12 @@ def test_fractional_ini_runs_is_a_usage_error(pytester: pytest.Pytester, fake_dr
 
 
 # -- pytest-xdist ---------------------------------------------------------------------------------------------
-def test_xdist_workers_save_one_baseline_and_the_controller_lists_every_row(pytester: pytest.Pytester) -> None:
+def test_xdist_workers_save_one_baseline_the_controller_lists_every_row_and_a_save_again_appends_one_session(
+    pytester: pytest.Pytester,
+) -> None:
+    """Both workers' measurements go into one baseline, and the controller's table lists every row; saved again
+    under xdist, one session is appended for all the workers (every entry: the first session's run, then this one's).
+    """
     pytest.importorskip("xdist")
     pytester.makeconftest(conftest_source("orin", kernel_ms=0.1, kind_ms={"host": 0.2}))
     pytester.makepyfile(
@@ -444,17 +450,13 @@ def test_xdist_workers_save_one_baseline_and_the_controller_lists_every_row(pyte
     assert medians["test_many[2-zero_copy]"] == "0.4" and medians["test_many[1-device]"] == "0.1"
     result.stdout.fnmatch_lines(["jetmem: saved baseline 'par' in *"])
 
-
-def test_xdist_save_appends_one_session_for_all_workers(pytester: pytest.Pytester) -> None:
-    pytest.importorskip("xdist")
-    pytester.makeconftest(conftest_source("orin", kernel_ms=0.1))
-    pytester.makepyfile(test_x=inner("@pytest.mark.memmode\ndef test_m(jetmem):\n    jetmem.measure(fill(jetmem))\n"))
-    assert pytester.runpytest_subprocess("-n", "2", "--jetmem-save=par").ret == pytest.ExitCode.OK
-    first = baseline_doc(pytester, "par")["session"]
+    first = doc["session"]
+    (pytester.path / "workers.txt").unlink()
     result = pytester.runpytest_subprocess("-n", "2", "--jetmem-save=par")
     assert result.ret == pytest.ExitCode.OK
+    assert set((pytester.path / "workers.txt").read_text().split()) == {"gw0", "gw1"}  # both workers appended
     doc = baseline_doc(pytester, "par")
-    assert doc["session"] != first and len(doc["entries"]) == 3
+    assert doc["session"] != first and len(doc["entries"]) == 6
     for entry in doc["entries"].values():  # each worker's entries: this session's run after the first one's
         assert entry["run_sessions"] == [first, doc["session"]]
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from concurrency_runs import _lean_plugins  # noqa: F401  (in-process runs load the suite's plugins only)
 from fakes.fake_driver import conftest_source
 from runtime_fixtures import _module_kernel_cache, _no_user_device_choice, jetmem_kernel_cache  # noqa: F401
 from runtime_runs import BASE_FILE, InstallFake, baseline_doc, baseline_path, inner
@@ -88,12 +89,13 @@ def test_a_stop_the_run_asked_for_saves_what_ran(
         assert entry["run_sessions"] == [first, doc["session"]]
 
 
-def test_an_interrupted_xdist_worker_saves_nothing_and_the_controller_says_so(pytester: pytest.Pytester) -> None:
+def test_an_interrupted_xdist_worker_saves_nothing_and_the_controller_says_so(
+    pytester: pytest.Pytester, saved_baseline: Path
+) -> None:
+    """The previous baseline (saved by a run in this process, on the same fake Orin) stays byte for byte."""
     pytest.importorskip("xdist")
     pytester.makeconftest(conftest_source("orin", kernel_ms=0.1))
-    pytester.makepyfile(test_b=inner(BASE_FILE))
-    assert pytester.runpytest_subprocess("-n", "1", "--jetmem-save=main").ret == pytest.ExitCode.OK
-    before = baseline_path(pytester).read_bytes()
+    before = saved_baseline.read_bytes()
     pytester.makepyfile(test_b=inner(BASE_FILE + INTERRUPTING))
     result = pytester.runpytest_subprocess("-n", "1", "--jetmem-save=main")
     assert result.ret == pytest.ExitCode.INTERRUPTED
