@@ -256,8 +256,11 @@ def _status(change: Change, failing: set[int]) -> str:
 
 def _change_line(change: Change, status: str) -> str:
     """One change point's ``regressions`` line (newline included), headed by ``status``."""
+    from pytest_jetmem.measure.record import unit_of
+
     return (f"{status}: {change.series.name} on {change.device}: {change.magnitude_text}, "
-            f"{change.point.before_ms:.4g} -> {change.point.after_ms:.4g} ms, between {change.before.short_commit} "
+            f"{change.point.before_ms:.4g} -> {change.point.after_ms:.4g} {unit_of(change.series.scope)}, between "
+            f"{change.before.short_commit} "
             f"and {change.after.short_commit}; cause: {change.cause_text}\n")
 
 

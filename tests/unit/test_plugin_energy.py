@@ -216,3 +216,30 @@ def test_a_throttled_stretch_marks_exactly_the_measurements_it_touched_and_the_b
     assert "board: SM 1980 of 1980 MHz, memory 2619 MHz, 41 C, limit 700 W; throttled: HW power brake" in (
         report.read_text()
     )
+
+
+# -- energy in the results store: a series of its own --------------------------------------------------------------
+def test_the_store_keeps_each_energy_as_a_series_of_its_own_in_millijoules(
+    pytester: pytest.Pytester, install_fake_driver: InstallFake, tmp_path: Path
+) -> None:
+    """Beside ``fill:kernel`` (ms), ``fill:energy`` (mJ: the windows' energy per call as its samples), so change
+    points, the fleet matrix and the exports apply to energy as to time; the exports say the unit."""
+    from pytest_jetmem.history.exports import to_github_action_benchmark
+    from pytest_jetmem.history.store import open_store
+    from pytest_jetmem.history.timeline import read_history
+
+    counter = FakeEnergyCounter(idle_w=1.0, noise=0.0, step_s=(0.002, 0.004))
+    install_fake_driver("h100", kernel_ms=1.0, nvml_energy=counter, launch_w=0.2)  # 0.2 mJ a call
+    pytester.makepyfile(test_energy=inner(ONE))
+    url = str(tmp_path / "history.sqlite")
+    result = pytester.runpytest(f"--jetmem-store={url}")
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    with open_store(url) as store:
+        keys = {(k.nodeid.rsplit("::", 1)[-1], k.key) for k in store.series().values()}
+        assert keys == {("test_fill[device]", "fill:kernel"), ("test_fill[device]", "fill:energy")}
+        (row,) = store.sessions()
+        energy = next(r for r in store.records(row.id) if r.identity.scope == "energy")
+        assert energy.statistics.median == pytest.approx(0.2, rel=0.2) and energy.statistics.n >= 2
+        entries = json.loads(to_github_action_benchmark(store, read_history(store, None, include_dirty=True)))
+    units = {e["name"].rsplit(" ", 1)[-1]: e["unit"] for e in entries}
+    assert units == {"fill:kernel": "ms", "fill:energy": "mJ"}

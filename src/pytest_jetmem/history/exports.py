@@ -44,7 +44,7 @@ from collections.abc import Callable, Iterable
 from pytest_jetmem.history.model import SeriesKey, SessionRow
 from pytest_jetmem.history.store import Store
 from pytest_jetmem.history.timeline import History
-from pytest_jetmem.measure.record import MeasurementRecord
+from pytest_jetmem.measure.record import MeasurementRecord, unit_of
 
 __all__ = ["FORMATS", "export", "to_bmf", "to_github_action_benchmark", "to_otava"]
 
@@ -104,7 +104,7 @@ def _number(value: float) -> str:
 
 def _gab_entry(name: str, record: MeasurementRecord, row: SessionRow) -> dict[str, object]:
     stats = record.statistics
-    entry: dict[str, object] = {"name": name, "unit": "ms", "value": stats.median}
+    entry: dict[str, object] = {"name": name, "unit": unit_of(record.identity.scope), "value": stats.median}
     if _finite(stats.mad):
         entry["range"] = f"± {_number(stats.mad)}"
     entry["extra"] = f"commit {row.short_commit}\ndevice {row.machine.device}\nn={stats.n}"

@@ -57,6 +57,7 @@ from pytest_jetmem.history.thinning import thin_indices
 from pytest_jetmem.history.timeline import History, Series
 from pytest_jetmem.machine.fingerprint import FINGERPRINT_FIELDS, Machine
 from pytest_jetmem.measure.advice_terms import times
+from pytest_jetmem.measure.record import unit_of
 
 __all__ = ["MARKER", "page_name", "publish"]
 
@@ -347,13 +348,14 @@ def _chart(test: str, key: str, device: str, tracks: Sequence[Series], data: _Da
     x_of = {p: x for x, p in enumerate(places)}
     found = [c for t in tracks for c in data.changes_of(t)]  # the first session after a change is one of its track
     starts = {c.after.uid for c in found}
+    unit = unit_of(tracks[0].key.scope)  # one key per chart: timings in ms, an energy series in mJ
     lines = tuple(Line(t.key.mode or "-", _points(t, x_of, data, [data.place[u] for u in starts]),
-                       mode_style(t.key.mode, data.modes)) for t in tracks)
+                       mode_style(t.key.mode, data.modes), unit) for t in tracks)
     markers = tuple(_marker(c, x_of[data.place[c.after.uid]]) for c in found)
     bounds = tuple(_boundaries(places, data))
     x_labels = tuple(data.rows[p].short_commit[:7] for p in places)
     chart = Chart(_anchor(key, device), f"{test} {key} on {device}", _desc(key, device, tracks, found, bounds),
-                  x_labels, lines, bounds, markers)
+                  x_labels, lines, bounds, markers, y_label=f"median ({unit}), spread: ± MAD")
     return chart, found
 
 

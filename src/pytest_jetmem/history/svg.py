@@ -104,6 +104,7 @@ class Line:
     name: str
     points: tuple[Point, ...]
     style: ModeStyle  # its colour, dash pattern and marker shape: the mode's in every chart
+    unit: str = "ms"  # of its medians: ms, or mJ for an energy series
 
     @functools.cached_property
     def columns(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -263,7 +264,7 @@ def _spread(points: Sequence[Point], s: _Plot, colour: str, dx: float) -> str:
 def _tip(line: Line, p: Point) -> str:
     """A point's tooltip: ``managed: 1.234 ms ± 0.01 (a1b2c3d4e5 2026-11-01T00:30; outlier: left out)``."""
     extra = "; ".join(t for t in (p.note, p.left_out) if t)
-    return f"{line.name}: {number(p.median)} ms ± {number(p.mad)}" + (f" ({extra})" if extra else "")
+    return f"{line.name}: {number(p.median)} {line.unit} ± {number(p.mad)}" + (f" ({extra})" if extra else "")
 
 
 def _line(line: Line, chart: Chart, s: _Plot, dx: float) -> list[str]:

@@ -35,6 +35,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from enum import Enum
 from statistics import median as _median
+from statistics import quantiles
 from typing import TYPE_CHECKING, TypeVar
 
 from pytest_jetmem.errors import RecordError, RecordVersionError
@@ -47,11 +48,13 @@ if TYPE_CHECKING:
     from pytest_jetmem.measure.timing import Measurement
 
 __all__ = [
+    "ENERGY_SCOPE",
     "RECORD_VERSION",
     "Against",
     "BaselineComparison",
     "Clocks",
     "Conditions",
+    "EnergyRatio",
     "Identity",
     "Judgement",
     "MeasurementRecord",
@@ -61,7 +64,9 @@ __all__ = [
     "RecordVerdict",
     "SideBySide",
     "Statistics",
+    "energy_series",
     "group_name",
+    "unit_of",
 ]
 
 #: The version of the record's JSON object this module writes and the only one it reads.
@@ -753,3 +758,39 @@ def _run_rounds(value: object) -> tuple[tuple[tuple[float, ...], ...], ...]:
     if not isinstance(value, (list, tuple)) or not all(isinstance(run, (list, tuple)) for run in value):
         raise RecordError(f"run_rounds: expected per run a list of rounds of samples, got {value!r}")
     return tuple(tuple(_numbers(r, "run_rounds") for r in run) for run in value)
+
+
+# -- energy as a series of its own ---------------------------------------------------------------------------------
+#: The scope of an energy series: the energy per call of a ``kernel`` measurement, in millijoules (its samples: the
+#: joules per call of each energy window), stored beside the timing so change points and the fleet apply to it.
+ENERGY_SCOPE = "energy"
+
+
+def unit_of(scope: str) -> str:
+    """The unit of a series' figures: ``mJ`` for an energy series, ``ms`` for a timing."""
+    return "mJ" if scope == ENERGY_SCOPE else "ms"
+
+
+def energy_series(record: MeasurementRecord) -> MeasurementRecord | None:
+    """The energy series' record of ``record`` (its measure call's label, scope :data:`ENERGY_SCOPE`, figures in mJ:
+    the windows' joules per call as samples), judged as the timing was not (``reported``); None without energy, or
+    with fewer than two windows."""
+    energy = record.energy
+    if energy is None or len(energy.per_window) < 2:
+        return None
+    values = [v * 1e3 for v in energy.per_window]
+    median = float(_median(values))
+    mad = float(_median([abs(v - median) for v in values]))
+    cuts = quantiles(values, n=20, method="inclusive")  # 5%, 10%, ..., 95%
+    stats = Statistics(
+        median=median,
+        mad=mad,
+        p5=cuts[0],
+        p95=cuts[-1],
+        min=min(values),
+        n=len(values),
+        samples=tuple(values),
+        stop_reason=energy.stop_reason,
+    )
+    identity = replace(record.identity, scope=ENERGY_SCOPE)
+    return MeasurementRecord(identity, stats, record.conditions, Judgement())

@@ -109,8 +109,12 @@ def _store(session: pytest.Session, gate: GateSession, storing: _Storing, machin
         from pytest_jetmem.measure.advice_model import DeviceFacts
 
         facts = DeviceFacts.of(info).to_json()
+    from pytest_jetmem.measure.record import energy_series
+
+    energies = [e for e in (energy_series(r) for r in gate.rows) if e is not None]  # energy: series of their own
     stored = StoredSession(
-        gate.session_id, storing.started, storing.context, machine, tuple(gate.rows), "pytest", __version__, facts
+        gate.session_id, storing.started, storing.context, machine, (*gate.rows, *energies), "pytest", __version__,
+        facts,
     )
     for note in storing.context.notes:  # said once, stored as unknown
         storing.lines.append((f"jetmem: {note}", True))
