@@ -69,3 +69,51 @@ def test_energy_per_call_per_mode_from_nvml(pytester, tmp_path):
     assert zero_copy > 1.5 * device, energy  # over PCIe (discrete) or uncached (Jetson): measured 4-5x on an H200
     twice = energy["test_copy_twice[device]"]["joules"] / device
     assert 1.8 <= twice <= 2.2, energy  # twice the work (the benchmark states the figure; 2.0x +- 5% is the aim)
+
+
+GATED = f"""
+import numpy as np
+import pytest
+from pytest_jetmem import kernels
+
+N = {N}
+
+
+@pytest.mark.memmode("device", "zero_copy")
+@pytest.mark.memmode_runtime(max_energy_ratio=2.0, relative_to="device")
+def test_copy_energy_gated(jetmem):
+    a = jetmem.empty(N)
+    b = jetmem.empty(N)
+    a.write_host(np.ones(N, np.float32))
+    jetmem.measure(lambda: kernels.stream(jetmem, "copy", a, b), label="copy")
+"""
+
+
+def test_an_energy_ratio_fails_as_designed_and_every_record_has_the_boards_state(pytester, tmp_path):
+    """A user's test asking zero_copy to use at most 2x device memory's energy per call: on a discrete GPU (PCIe)
+    it uses about 5x, so it fails with the ratio and its interval; the device item is the reference. Every record
+    keeps the board's state from NVML (memory clock, temperature, power limit) and the advice states both figures."""
+    from pytest_jetmem.cuda.device import open_device
+
+    avail = open_device()
+    if not avail.ok:
+        pytest.skip(avail.reason)
+    if avail.info.integrated:
+        pytest.skip("zero_copy on an integrated GPU is not over PCIe: the 2x bound is a discrete GPU's")
+    pytester.makepyfile(test_gated=GATED)
+    report = tmp_path / "report.html"
+    result = pytester.runpytest_subprocess("-rA", "--jetmem-energy=on", f"--jetmem-report={report}")
+    print(result.stdout.str())
+    assert result.ret == 1, result.stdout.str()
+    result.stdout.fnmatch_lines([
+        "*zero_copy copy:kernel: energy zero_copy/device = * (99% CI *; * vs * mJ a call, * windows each, in turns) "
+        "> max_energy_ratio=2*",
+        "*energy: zero_copy: *x the time, *x the energy of device*",
+    ])
+    rows = {r["nodeid"].rsplit("::", 1)[-1]: r for r in json.loads(report.with_suffix(".json").read_text())["rows"]}
+    assert rows["test_copy_energy_gated[zero_copy]"]["verdict"] == "FAIL energy ratio"
+    assert rows["test_copy_energy_gated[zero_copy]"]["energy_ratio"] > 2.0
+    assert rows["test_copy_energy_gated[device]"]["verdict"] == "reference, not judged"
+    for name, row in rows.items():
+        clocks = row["clocks"]
+        assert clocks["mem_mhz"] > 0 and 0 < clocks["temperature_c"] < 110 and clocks["power_limit_w"] > 0, name
