@@ -325,6 +325,9 @@ def _write_series(series: Series, branch: str | None, marks: Mapping[_Mark, Chan
     per session (its change point, from ``marks``, noted)."""
     out.write(f"\n{series.key.name} on {series.device} (branch {branch}): {len(series.medians)} session(s)  "
               f"{_spark(series.medians)}\n")
+    from pytest_jetmem.measure.record import unit_of
+
+    unit = unit_of(series.key.scope)
     last_class = None
     for i, (row, median) in enumerate(zip(series.sessions, series.medians, strict=True)):
         if row.machine.machine_class != last_class:
@@ -333,7 +336,7 @@ def _write_series(series: Series, branch: str | None, marks: Mapping[_Mark, Chan
         note = _note(marks.get((series.key, series.device, row.uid)))
         note += f"  ({series.note(i)})" if series.note(i) else ""
         when = _order_key(row)[:16].replace("T", " ")
-        out.write(f"    {row.short_commit:10}  {when}  {median:10.4g} ms{note}\n")
+        out.write(f"    {row.short_commit:10}  {when}  {median:10.4g} {unit}{note}\n")
 
 
 def _show(args: argparse.Namespace, out: TextIO) -> int:

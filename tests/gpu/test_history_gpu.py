@@ -42,11 +42,13 @@ def test_sessions_are_stored_compared_and_read_back(pytester: pytest.Pytester, g
     for extra in ([], ["-n", "2"], []):
         if extra:
             pytest.importorskip("xdist")
-        result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--jetmem-store", *extra)
+        result = pytester.runpytest_subprocess(
+            "-p", "no:cacheprovider", "--jetmem-energy=off", "--jetmem-store", *extra
+        )
         result.assert_outcomes(passed=3)
         assert sum("jetmem: stored 3 measurement(s) of commit" in line for line in result.outlines) == 1
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--jetmem-store", "--jetmem-compare=main",
-                                           "--jetmem-report=r.html")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--jetmem-energy=off", "--jetmem-store",
+                                           "--jetmem-compare=main", "--jetmem-report=r.html")
     result.assert_outcomes(passed=3)
     with open_store(str(store), create=False) as opened:
         rows = opened.sessions()
@@ -120,12 +122,14 @@ def _push_one_by_one(pytester: pytest.Pytester, store: str, red: dict[int, str])
         (pytester.path / "reps.txt").write_text("21" if i >= 9 else "20")
         _git(pytester.path, "add", "test_g.py", "reps.txt", ".gitignore")  # not pytester's runpytest-N folders
         _git(pytester.path, "commit", "-q", "--allow-empty", "-m", f"c{i}")
-        result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--jetmem-store")
+        result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--jetmem-energy=off", "--jetmem-store")
         result.assert_outcomes(passed=2)
         if i == 5:
             os.environ["GATE_RERUN_FACTOR"] = "1.5"
             try:
-                pytester.runpytest_subprocess("-p", "no:cacheprovider", "--jetmem-store").assert_outcomes(passed=2)
+                pytester.runpytest_subprocess(
+                    "-p", "no:cacheprovider", "--jetmem-energy=off", "--jetmem-store"
+                ).assert_outcomes(passed=2)
             finally:
                 del os.environ["GATE_RERUN_FACTOR"]
         out = io.StringIO()
