@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from pytest_jetmem.measure.changepoints import CONFIDENCE, ChangePoint, analyse, default_penalty, detect, outliers, pelt
@@ -461,11 +461,14 @@ def test_a_rerun_of_the_commit_before_a_step_at_the_level_after_it_may_move_the_
 
 @settings(max_examples=40, deadline=None)
 @given(seed=st.integers(0, 10_000), where=st.floats(0.0, 1.0), factor=st.floats(0.2, 10.0))
+@example(seed=3719, where=1.0, factor=0.5)  # a chance change point at 77 of 80: a slow session after it ends it
 def test_one_extra_session_makes_no_change_point_of_unchanged_code(seed: int, where: float, factor: float) -> None:
+    """An outlying session (a rerun, or a new last commit) adds no change point; it may take away a chance one near
+    the end of the history, which one more session no longer supports (hypothesis found seed 3719)."""
     y = _lognormal(seed, 80, sigma=0.01)
     want = _commit_places(y)
     extra, groups = _with_session(y, min(int(where * 81), 80), factor)
-    assert _commit_places(extra, groups) == want
+    assert set(_commit_places(extra, groups)) <= set(want)
 
 
 def test_the_newest_commits_reruns_that_disagree_wait_for_the_next_commit() -> None:
