@@ -248,3 +248,46 @@ def test_an_energy_travels_as_a_dict_and_says_itself_in_a_line() -> None:
     assert "1 J a call" in Energy(0.99996, 0.99, 1.01, 1.0, 1.0, 3, 3, 1.0, board, "gpu-board", "interval").describe()
     with pytest.raises(ValueError, match="an energy record needs joules"):
         Energy.from_dict({"joules": 1.0})
+
+
+def test_a_counter_that_stops_changing_is_an_error_not_zero_joules() -> None:
+    counter, clock = counter_setup(idle_w=0.0, noise=0.0)  # nothing is drawn: the counter never moves
+    run = kernel(counter, clock, load_w=0.0, seconds_per_call=1e-3)
+    with pytest.raises(PowerReadError, match=r"fake NVML energy counter did not change in 0\.35 s"):
+        measure_energy(CounterSource(counter, clock), [run], [1e-3], sleep=clock.sleep, now=clock)
+
+
+def test_two_works_in_turns_share_a_drifting_idle_alike() -> None:
+    """Two identical works under an idle power climbing 30% over the measurement: taken in turns A B, B A, ...,
+    each subtracts the drift alike, so they read the same energy (always A before B would bias their ratio)."""
+    counter, clock = counter_setup(idle_w=200.0, noise=0.0)
+    start = clock.t
+
+    def drift() -> None:
+        counter.set_load(counter.load_w)
+        counter.idle_w = 200.0 * (1 + 0.15 * (clock.t - start))
+
+    def work(calls: int) -> None:
+        drift()
+        counter.set_load(50.0)
+        for _ in range(10):
+            clock.t += calls * 1e-4
+            drift()
+        counter.set_load(0.0)
+
+    def sleep(seconds: float) -> None:
+        for _ in range(10):
+            clock.sleep(seconds / 10)
+            drift()
+
+    rule = EnergyRule(min_windows=4, max_time_s=3.0)
+    a, b = measure_energy(CounterSource(counter, clock), [work, work], [1e-3, 1e-3], rule, sleep=sleep, now=clock)
+    assert a.joules == pytest.approx(b.joules, rel=0.02) and a.joules == pytest.approx(0.05, rel=0.05)
+
+
+def test_a_figure_that_does_not_exist_is_null_in_json_and_nan_again_when_read() -> None:
+    energy = Energy(math.nan, math.nan, math.nan, math.nan, 5.0, 1, 10, 0.2, "NVML", "gpu-board", "time")
+    doc = energy.to_dict()
+    assert (doc["joules"], doc["low"], doc["power_w"]) == (None, None, None)
+    back = Energy.from_dict(doc)
+    assert math.isnan(back.joules) and back.idle_w == 5.0

@@ -243,3 +243,34 @@ def test_the_store_keeps_each_energy_as_a_series_of_its_own_in_millijoules(
         entries = json.loads(to_github_action_benchmark(store, read_history(store, None, include_dirty=True)))
     units = {e["name"].rsplit(" ", 1)[-1]: e["unit"] for e in entries}
     assert units == {"fill:kernel": "ms", "fill:energy": "mJ"}
+
+
+END_TO_END = """
+@pytest.mark.memmode("device", "zero_copy")
+@pytest.mark.memmode_runtime(max_energy_ratio=2, relative_to="device")
+def test_fill(jetmem):
+    jetmem.measure(fill(jetmem), label="fill", scope="end_to_end")
+"""
+
+
+def test_max_energy_ratio_over_no_kernel_measurement_fails_saying_it_judged_nothing(
+    pytester: pytest.Pytester, install_fake_driver: InstallFake
+) -> None:
+    install_fake_driver("h100", nvml_energy=FakeEnergyCounter(idle_w=1.0, noise=0.0, step_s=(0.002, 0.004)))
+    pytester.makepyfile(test_energy=inner(END_TO_END))
+    result = pytester.runpytest("-rA")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines([
+        "*zero_copy fill:end_to_end: max_energy_ratio=2 cannot be judged: it is not a kernel-scope measurement*"
+    ])
+
+
+def test_an_energy_ratio_of_energies_at_or_below_zero_cannot_be_judged() -> None:
+    from pytest_jetmem.measure.gate import energy_ratio_failure
+    from pytest_jetmem.measure.record import EnergyRatio
+
+    ratio = EnergyRatio(-0.5, (float("nan"), float("nan")), "device", 0.002)
+    message = energy_ratio_failure("zero_copy", "fill:kernel", ratio, -0.001, 3, 2.0)
+    assert message is not None and "max_energy_ratio=2 cannot be judged" in message
+    assert energy_ratio_failure("zero_copy", "fill:kernel", EnergyRatio(1.5, (1.4, 1.6), "device", 0.002), 0.003, 3,
+                                2.0) is None

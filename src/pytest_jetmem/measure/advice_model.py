@@ -355,7 +355,13 @@ def energy_lines(measured: Sequence[Measured], fastest: str | None) -> tuple[str
         if m.mode != base.mode and m.energy is not None and base.median > 0 and base_energy.joules > 0
     ]
     least = min(measured, key=lambda m: m.energy.joules if m.energy is not None else math.inf)
-    if least.mode != base.mode and least.energy is not None and least.energy.high < base_energy.low:
+    if (
+        least.mode != base.mode
+        and least.energy is not None
+        and least.energy.joules > 0
+        and base_energy.joules > 0
+        and least.energy.high < base_energy.low
+    ):
         lines.append(
             f"time and energy pick different modes: {base.mode} is the fastest, {least.mode} uses the least energy "
             f"({least.energy.joules / base_energy.joules:.3g}x {base.mode}'s)"

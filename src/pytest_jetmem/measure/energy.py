@@ -36,7 +36,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from pytest_jetmem.errors import EnergyUnavailable
+from pytest_jetmem.errors import EnergyUnavailable, PowerReadError
 from pytest_jetmem.measure.stats import student_t_ppf
 
 if TYPE_CHECKING:
@@ -149,13 +149,14 @@ class Energy:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-safe dict: an interval that does not exist (one window) is ``null``, not NaN."""
+        """A JSON-safe dict: a figure that does not exist (an interval of one window, a power without a busy time)
+        is ``null``, never NaN."""
         return {
-            "joules": self.joules,
-            "low": self.low if math.isfinite(self.low) else None,
-            "high": self.high if math.isfinite(self.high) else None,
-            "power_w": self.power_w,
-            "idle_w": self.idle_w,
+            "joules": _finite(self.joules),
+            "low": _finite(self.low),
+            "high": _finite(self.high),
+            "power_w": _finite(self.power_w),
+            "idle_w": _finite(self.idle_w),
             "windows": self.windows,
             "calls": self.calls,
             "seconds": self.seconds,
@@ -163,7 +164,7 @@ class Energy:
             "covers": self.covers,
             "stop_reason": self.stop_reason,
             "confidence": self.confidence,
-            "per_window": list(self.per_window),
+            "per_window": [_finite(v) for v in self.per_window],
         }
 
     @classmethod
@@ -171,11 +172,11 @@ class Energy:
         """The inverse of :meth:`to_dict` (a stored record); ValueError naming the field that is missing or wrong."""
         try:
             return cls(
-                joules=float(data["joules"]),
-                low=math.nan if data["low"] is None else float(data["low"]),
-                high=math.nan if data["high"] is None else float(data["high"]),
-                power_w=float(data["power_w"]),
-                idle_w=float(data["idle_w"]),
+                joules=_float(data["joules"]),
+                low=_float(data["low"]),
+                high=_float(data["high"]),
+                power_w=_float(data["power_w"]),
+                idle_w=_float(data["idle_w"]),
                 windows=int(data["windows"]),
                 calls=int(data["calls"]),
                 seconds=float(data["seconds"]),
@@ -183,7 +184,7 @@ class Energy:
                 covers=str(data["covers"]),
                 stop_reason=str(data["stop_reason"]),
                 confidence=float(data.get("confidence", 0.99)),
-                per_window=tuple(float(v) for v in data.get("per_window", ())),
+                per_window=tuple(_float(v) for v in data.get("per_window", ())),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"an energy record needs joules, low, high, power_w, idle_w, ...: {exc!r}") from None
@@ -231,6 +232,15 @@ def find_power(device: Device, policy: str, sysroot: str) -> EnergySetup | None:
     return EnergySetup(source, reason=sources.reason if source is None else "", required=policy == "on")
 
 
+def _finite(value: float) -> float | None:
+    return value if math.isfinite(value) else None
+
+
+def _float(value: Any) -> float:
+    """A stored figure: ``null`` is NaN (not measured); anything else must be a number."""
+    return math.nan if value is None else float(value)
+
+
 def _j(joules: float) -> str:
     """Joules with a unit that keeps 3-4 digits: ``10.4 mJ``, ``66 uJ``, ``1.2 J``."""
     for scale, unit in ((1.0, "J"), (1e-3, "mJ"), (1e-6, "uJ")):
@@ -249,14 +259,23 @@ class _CounterClock:
         self.timeout_s = 3 * source.update_period_s + 0.05
 
     def mark(self) -> tuple[float, float]:
-        """(time, joules) at the counter's next update after now (its last reading where none comes in time)."""
+        """(time, joules) at the counter's next update after now; :class:`PowerReadError` where none comes within
+        three update periods (a counter that stopped: every window would read 0 J)."""
         first = self.source.read()
         deadline = first.t + self.timeout_s
         reading = first
-        while reading.value == first.value and reading.t < deadline:
+        while reading.value == first.value:
+            if reading.t >= deadline:
+                raise PowerReadError(
+                    f"{self.source.name} did not change in {self.timeout_s:.2g} s (it updates every "
+                    f"{self.source.update_period_s:g} s): no energy can be read from it"
+                )
             self.sleep(0.0005)
             reading = self.source.read()
         return reading.t, reading.value
+
+    def settle(self) -> None:
+        """Nothing: a window ends at the counter's next update, which holds the work's last energy."""
 
     def close(self) -> None:
         return None
@@ -298,9 +317,14 @@ class _PowerClock:
         joules = sum((b.t - a.t) * (a.value + b.value) / 2 for a, b in itertools.pairwise(readings))
         return readings[-1].t, joules
 
+    def settle(self) -> None:
+        """Wait one update period after the work: a sensor that averages over its period still reports the work's
+        last stretch then, and it belongs to the work's window (its idle part is taken out over the span)."""
+        time.sleep(self.source.update_period_s)
+
     def close(self) -> None:
         self.stop.set()
-        self.thread.join()
+        self.thread.join(timeout=max(1.0, 4 * self.source.update_period_s))  # a hung read never hangs the session
 
 
 # -- measuring ---------------------------------------------------------------------------------------------------
@@ -323,7 +347,9 @@ def measure_energy(
     if len(works) != len(seconds_per_call) or not works:
         raise ValueError(f"measure_energy: {len(works)} works and {len(seconds_per_call)} times per call")
     window_s = rule.window_s(source.update_period_s)
-    per_call_s = [max(s, 1e-7) for s in seconds_per_call]
+    # the cap leaves room for two windows of every work (their interval): a slow sensor costs more, never less
+    cap_s = max(rule.max_time_s, (2 + 2 * len(works)) * window_s * 1.2)
+    per_call_s = [_calibrated(work, max(s, 1e-7), now) for work, s in zip(works, seconds_per_call, strict=True)]
     clock: _CounterClock | _PowerClock = (
         _CounterClock(source, sleep) if source.kind == "energy" else _PowerClock(source)
     )
@@ -333,30 +359,48 @@ def measure_energy(
     try:
         t, e = clock.mark()
         t, e = _window(clock, windows, None, 0, lambda: sleep(window_s), t, e)
+        cycle = 0
         while True:
-            for i, work in enumerate(works):
+            order = list(range(len(works)))
+            if cycle % 2:
+                order.reverse()  # A B, then B A: idle drift falls on each work from both sides alike
+            for i in order:
                 calls = max(1, math.ceil(window_s / per_call_s[i]))
                 took: list[float] = []
-                run = functools.partial(_timed_run, work, calls, took, now)
+                run = functools.partial(_timed_run, works[i], calls, took, now, clock)
                 t, e = _window(clock, windows, i, calls, run, t, e, took)
                 per_call_s[i] = max(took[0] / calls, 1e-7)
             t, e = _window(clock, windows, None, 0, lambda: sleep(window_s), t, e)
+            cycle += 1
             estimates = [per_call(windows, i, rule.confidence) for i in range(len(works))]
             n = min(est[3] for est in estimates)
             if n >= rule.min_windows and all(_narrow(est, rule.target_rel) for est in estimates):
                 reason = "interval"
                 break
-            if now() - start >= rule.max_time_s and n >= 1:
+            if (now() - start >= cap_s and n >= 2) or now() - start >= 3 * cap_s:
                 break
     finally:
         clock.close()
     return [_energy(windows, i, source, reason, rule.confidence) for i in range(len(works))]
 
 
-def _timed_run(work: Work, calls: int, took: list[float], now: Callable[[], float]) -> None:
+def _calibrated(work: Work, guess_s: float, now: Callable[[], float]) -> float:
+    """Seconds per call of ``work`` as the host paces it: a short batch (about 20 ms at ``guess_s``, the timing's
+    device time, at most 1000 calls) run before the windows, the larger of its time per call and the guess (a
+    launch-bound kernel runs slower back to back than its device time says)."""
+    calls = max(1, min(1000, math.ceil(0.02 / guess_s)))
+    t0 = now()
+    work(calls)
+    return max(guess_s, (now() - t0) / calls, 1e-7)
+
+
+def _timed_run(
+    work: Work, calls: int, took: list[float], now: Callable[[], float], clock: _CounterClock | _PowerClock
+) -> None:
     t0 = now()
     work(calls)
     took.append(now() - t0)
+    clock.settle()
 
 
 def _window(

@@ -70,7 +70,15 @@ def energy_ratio_failure(
 ) -> str | None:
     """``max_energy_ratio``: measurement ``key`` in ``mode`` uses at most ``max_energy_ratio`` times the energy per
     call of the same measurement in the reference mode, measured in turns."""
-    if max_energy_ratio is None or not ratio.ratio > max_energy_ratio:
+    if max_energy_ratio is None:
+        return None
+    if not (math.isfinite(ratio.ratio) and ratio.ratio > 0 and joules > 0 and ratio.reference_joules > 0):
+        return (
+            f"{mode} {key}: max_energy_ratio={max_energy_ratio:g} cannot be judged: the energies per call measured in "
+            f"turns are {joules * 1e3:.4g} and {ratio.reference_joules * 1e3:.4g} mJ ({ratio.relative_to}), not both "
+            "above zero (the work uses no more energy than the idle board, as far as the sensor can tell)"
+        )
+    if not ratio.ratio > max_energy_ratio:
         return None
     low, high = ratio.ci
     interval = f"99% CI {low:.3f}..{high:.3f}" if math.isfinite(low) and math.isfinite(high) else "no interval"

@@ -258,13 +258,12 @@ def measure(
     With ``duet`` (``--jetmem-against``), the call meets the other side and the two take turns, a batch each
     (:mod:`pytest_jetmem.measure.duet`); no counters and no energy are taken then. With ``energy`` (and a source),
     a ``kernel``-scope measurement's energy per call is measured after the samples, under the same lock
-    (:func:`energy_of`). Returns the
+    (:func:`energy_of`; not for ``flush_l2``: its windows would run on a warm cache). Returns the
     measurement; the caller records it.
     """
     if warmup < 0:
         raise ValueError(f"{ws.nodeid}: measure: warmup must be >= 0, got {warmup}")
     rule = rule or StoppingRule()
-    source = energy.usable(ws.nodeid) if energy is not None else None
     sampler = Sampler(ws, fn, scope, inputs, outputs, flush_l2)
     rounds: list[list[float]] = []
     counters: UnifiedMemoryCounters | None = None
@@ -274,8 +273,11 @@ def measure(
         warm: list[ClockState | None] = [None]  # the clocks right after the warm-up (an idle GPU clocks down)
         if duet is not None and duet.meet(label):
             first, first_wall, samples, reason, span, rounds = _in_turns(ws, sampler, rule, warmup, duet, warm)
+            after = clock_state(device)
         else:
             collector = _collector(ws)
+            # energy where it means the GPU's work: a kernel-scope call on a warm cache (not flush_l2's)
+            source = energy.usable(ws.nodeid) if energy is not None and scope == "kernel" and not flush_l2 else None
             with gpu_lock(ws.device.ordinal):
                 t_start = time.time()
                 first, first_wall = sampler.first()  # never counted: it is timed as without counters
@@ -288,9 +290,10 @@ def measure(
                     counters = _cold_replay(ws, collector, sampler)
                     if counters is None:
                         collector.miss(ws.mode)
-                if source is not None and energy is not None and scope == "kernel":
+                after = clock_state(device)  # the samples' end: before the energy windows' idle stretches
+                if source is not None and energy is not None:
                     joules = energy_of(ws, sampler, samples, energy)
-        clocks = clock_record(warm[0], clock_state(device))
+        clocks = clock_record(warm[0], after)
         m = Measurement(
             label=label,
             mode=ws.mode,

@@ -366,8 +366,16 @@ def _energy_ratio(judging: _Judging, i: int, m: Measurement, record: RecordBuild
     from pytest_jetmem.measure.record import EnergyRatio
 
     relative_to, pair = judging.spec.relative_to, judging.energies.get(i)
-    if pair is None or relative_to is None:
+    if relative_to is None or judging.spec.max_energy_ratio is None:
         return None
+    if pair is None:
+        if not judged or judging.reference:
+            return None
+        why = "it is not a kernel-scope measurement" if m.scope != "kernel" else "no energy was measured in turns"
+        return (
+            f"{m.mode} {m.key}: max_energy_ratio={judging.spec.max_energy_ratio:g} cannot be judged: {why} "
+            "(energy per call is measured for kernel-scope measurements only; select them with scope='kernel')"
+        )
     mine, reference = pair
     ratio, low, high = ratio_of(mine, reference)
     record.energy_ratio = EnergyRatio(ratio, (low, high), relative_to, reference.joules)
