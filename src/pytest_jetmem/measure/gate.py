@@ -11,13 +11,18 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from pytest_jetmem.measure.record import EnergyRatio, NotCompared, NotComparedWhy, RecordVerdict
+from pytest_jetmem.measure.record import EnergyRatio, NotCompared, NotComparedWhy, RecordBuilder, RecordVerdict
+
+if TYPE_CHECKING:
+    from pytest_jetmem.measure.energy import Energy
 
 __all__ = [
     "RatioFigures",
     "energy_ratio_failure",
     "final_verdict",
+    "judge_energy_ratio",
     "max_ms_failure",
     "ratio_failure",
     "strict_machine_failure",
@@ -87,6 +92,42 @@ def energy_ratio_failure(
         f"{joules * 1e3:.4g} vs {ratio.reference_joules * 1e3:.4g} mJ a call, {windows} windows each, in turns) "
         f"> max_energy_ratio={max_energy_ratio:g}"
     )
+
+
+def judge_energy_ratio(
+    record: RecordBuilder,
+    pair: tuple[Energy, Energy] | None,
+    relative_to: str | None,
+    max_energy_ratio: float | None,
+    *,
+    judged: bool,
+) -> str | None:
+    """``max_energy_ratio`` for one measurement: the energies of its mode and of ``relative_to`` measured in turns
+    (``pair``; None: none were) into ``record`` (its energy ratio, and this mode's energy where it had none), and
+    the failure where ``judged``: over the bound, not above zero, or nothing measured in turns (never a pass that
+    judged nothing)."""
+    from pytest_jetmem.measure.energy import ratio_of
+
+    if relative_to is None or max_energy_ratio is None:
+        return None
+    ident = record.identity
+    if pair is None:
+        if not judged:
+            return None
+        why = "it is not a kernel-scope measurement" if ident.scope != "kernel" else "no energy was measured in turns"
+        return (
+            f"{ident.mode} {ident.key}: max_energy_ratio={max_energy_ratio:g} cannot be judged: {why} (energy per call "
+            "is measured for kernel-scope measurements only; select them with scope='kernel')"
+        )
+    mine, reference = pair
+    ratio, low, high = ratio_of(mine, reference)
+    record.energy_ratio = EnergyRatio(ratio, (low, high), relative_to, reference.joules)
+    if record.energy is None:
+        record.energy = mine
+    if not judged:
+        return None
+    windows = min(mine.windows, reference.windows)
+    return energy_ratio_failure(ident.mode, ident.key, record.energy_ratio, mine.joules, windows, max_energy_ratio)
 
 
 def strict_machine_failure(note: NotCompared | None, *, strict: bool) -> str | None:

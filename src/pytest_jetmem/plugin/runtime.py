@@ -359,34 +359,12 @@ def _ratio(judging: _Judging, i: int, m: Measurement, record: RecordBuilder, *, 
 
 
 def _energy_ratio(judging: _Judging, i: int, m: Measurement, record: RecordBuilder, *, judged: bool) -> str | None:
-    """The energy ratio of measurement ``i`` into ``record`` (and this mode's energy measured in turns, where the
-    measurement had none of its own); its ``max_energy_ratio`` failure where judged."""
-    from pytest_jetmem.measure.energy import ratio_of
-    from pytest_jetmem.measure.gate import energy_ratio_failure
-    from pytest_jetmem.measure.record import EnergyRatio
+    """The energy ratio of measurement ``i`` into ``record``; its ``max_energy_ratio`` failure where judged."""
+    from pytest_jetmem.measure.gate import judge_energy_ratio
 
-    relative_to, pair = judging.spec.relative_to, judging.energies.get(i)
-    if relative_to is None or judging.spec.max_energy_ratio is None:
-        return None
-    if pair is None:
-        if not judged or judging.reference:
-            return None
-        why = "it is not a kernel-scope measurement" if m.scope != "kernel" else "no energy was measured in turns"
-        return (
-            f"{m.mode} {m.key}: max_energy_ratio={judging.spec.max_energy_ratio:g} cannot be judged: {why} "
-            "(energy per call is measured for kernel-scope measurements only; select them with scope='kernel')"
-        )
-    mine, reference = pair
-    ratio, low, high = ratio_of(mine, reference)
-    record.energy_ratio = EnergyRatio(ratio, (low, high), relative_to, reference.joules)
-    if record.energy is None:
-        record.energy = mine
-    if not judged or judging.reference:
-        return None
-    return energy_ratio_failure(
-        m.mode, m.key, record.energy_ratio, mine.joules, min(mine.windows, reference.windows),
-        judging.spec.max_energy_ratio,
-    )
+    spec = judging.spec
+    judged = judged and not judging.reference
+    return judge_energy_ratio(record, judging.energies.get(i), spec.relative_to, spec.max_energy_ratio, judged=judged)
 
 
 def _against_baseline(
