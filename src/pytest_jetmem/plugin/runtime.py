@@ -58,7 +58,6 @@ if TYPE_CHECKING:  # imported where used: a run without jetmem tests imports no 
     from pytest_jetmem.measure.timing import Measurement
 
 MARKER = markers.RUNTIME
-AMBIGUOUS_POLICIES = ("pass", "warn", "fail")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -82,8 +81,8 @@ def pytest_configure(config: pytest.Config) -> None:
     overwrite = bool(config.getoption("jetmem_overwrite"))
     device = device_session(config)
     device.set_stopping_rule(target_rel_noise=noise, max_time_s=max_time)
-    device.count_unified_memory = _counters_policy(config) == "auto"
-    device.energy_policy = _policy(config, "energy", options.ENERGY_POLICIES)
+    device.count_unified_memory = options.get_choice(config, "counters") == "auto"
+    device.energy_policy = options.get_choice(config, "energy")
     bdir = options.get_str(config, "baseline_dir") or ".jetmem/baselines"
     gate = GateSession(
         device=device,
@@ -95,7 +94,7 @@ def pytest_configure(config: pytest.Config) -> None:
         strict_machine=options.get_bool(config, "strict_machine"),
         overwrite=overwrite,
         window=options.get_int(config, "window", minimum=1, what="an integer >= 1"),
-        ambiguous=_ambiguous_policy(config),
+        ambiguous=options.get_choice(config, "ambiguous"),
         runs=options.get_int(config, "runs", minimum=1, what="an integer >= 1"),
         benchmark_json=_benchmark_json_path(config),
         results_store=options.store_url(config),
@@ -129,27 +128,6 @@ class _XdistHooks:
         _add_counter_misses(self.state, output.get("jetmem_counter_misses") or {})
         if output.get("jetmem_interrupted"):  # that worker saved nothing: the run says so
             note_interrupted(self.config, str(output["jetmem_interrupted"]))
-
-
-def _ambiguous_policy(config: pytest.Config) -> str:
-    value, source = options.raw(config, "ambiguous")
-    text = str(value).strip().lower()
-    if text not in AMBIGUOUS_POLICIES:
-        raise pytest.UsageError(f"{source}: expected one of {', '.join(AMBIGUOUS_POLICIES)}, got {value!r}")
-    return text
-
-
-def _counters_policy(config: pytest.Config) -> str:
-    return _policy(config, "counters", options.COUNTERS_POLICIES)
-
-
-def _policy(config: pytest.Config, name: str, choices: tuple[str, ...]) -> str:
-    """The setting ``name`` (option, else ini key), one of ``choices``; a UsageError naming where it came from."""
-    value, source = options.raw(config, name)
-    text = str(value).strip().lower()
-    if text not in choices:
-        raise pytest.UsageError(f"{source}: expected one of {', '.join(choices)}, got {value!r}")
-    return text
 
 
 def _gate(config: pytest.Config) -> GateSession:
