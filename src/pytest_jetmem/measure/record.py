@@ -35,7 +35,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from enum import Enum
 from statistics import median as _median
-from statistics import quantiles
 from typing import TYPE_CHECKING, TypeVar
 
 from pytest_jetmem.errors import RecordError, RecordVersionError
@@ -778,19 +777,10 @@ def energy_series(record: MeasurementRecord) -> MeasurementRecord | None:
     energy = record.energy
     if energy is None or len(energy.per_window) < 2:
         return None
-    values = [v * 1e3 for v in energy.per_window]
-    median = float(_median(values))
-    mad = float(_median([abs(v - median) for v in values]))
-    cuts = quantiles(values, n=20, method="inclusive")  # 5%, 10%, ..., 95%
-    stats = Statistics(
-        median=median,
-        mad=mad,
-        p5=cuts[0],
-        p95=cuts[-1],
-        min=min(values),
-        n=len(values),
-        samples=tuple(values),
-        stop_reason=energy.stop_reason,
-    )
+    from pytest_jetmem.measure.stats import summarize  # the one summary of samples, as a timing's
+
+    values = tuple(v * 1e3 for v in energy.per_window)
+    s = summarize(values)
+    stats = Statistics(s.median, s.mad, s.p5, s.p95, s.min, s.n, values, stop_reason=energy.stop_reason)
     identity = replace(record.identity, scope=ENERGY_SCOPE)
     return MeasurementRecord(identity, stats, record.conditions, Judgement())
