@@ -3,7 +3,8 @@
 A series holds, in commit order, one value per pytest session: that session's median time (ms) of one measurement
 on one device. :func:`analyse` (and :func:`detect`, its change points) works on **commits**: sessions of a tree with
 uncommitted changes (``exclude``) and outlying sessions (:func:`outliers`: a Hampel filter that asks both sides, so a
-step is never an outlier) are left out, and each commit is one point, the median of its sessions. Then two stages,
+step is never an outlier, stricter for a rerun that disagrees with its own commit) are left out, and each commit is
+one point, the median of its sessions. Then two stages,
 as Apache Otava (formerly Hunter) does (Fleming et al., "Hunter: Using Change Point Detection to Hunt for
 Performance Regressions", ICPE 2023):
 
@@ -69,6 +70,10 @@ _EXTREME_Z = 4.0
 #: between a session and its neighbours' median) a session must lie from both sides' medians.
 _OUTLIER_REACH = 5
 _OUTLIER_Z = 5.0
+#: A rerun (a commit's session beside others) that disagrees with its commit's other sessions is an outlier where it
+#: lies this many standard deviations from both sides' medians (on the same side), not ``_OUTLIER_Z``: its own
+#: commit already says it is not that commit's level.
+_RERUN_Z = 3.0
 #: The longest run of consecutive sessions that can be outliers: one more is a segment (interior segments of
 #: :func:`detect`'s default ``min_size``, 3, are steps or excursions of their own).
 _OUTLIER_RUN = 2
@@ -517,7 +522,9 @@ def outliers(values: Sequence[float] | np.ndarray, *, groups: Sequence[object] |
     at a step the sessions after it agree with their successors, so a step is never an outlier. The sessions of
     the newest commit are never outliers: nothing after them yet says they are not a step. The first sessions,
     with nothing before them, are judged by those after. A run of more than ``_OUTLIER_RUN`` such sessions in a
-    row is no outlier but an excursion, judged as a segment. ValueError as :func:`detect`.
+    row is no outlier but an excursion, judged as a segment. A rerun is judged more strictly (``_RERUN_Z``) where
+    its commit's sessions disagree: its own commit already says it is not that commit's level
+    (:func:`_reruns_disagreeing`). ValueError as :func:`detect`.
     """
     y = _durations(values)
     skip = _allowed_mask(exclude, y.size) if exclude is not None else np.zeros(y.size, dtype=bool)
@@ -541,7 +548,38 @@ def outliers(values: Sequence[float] | np.ndarray, *, groups: Sequence[object] |
     in_newest = newest[counted]
     out[counted] = odd & ~in_newest
     out[counted[_newest_disagreeing(logs, in_newest, before, spread_b)]] = True
+    owner = np.repeat(np.arange(len(runs)), [end - start for start, end in runs])[counted]
+    scale = _RERUN_Z / _OUTLIER_Z
+    spreads = (scale * spread_b, scale * spread_a)
+    out[counted[_reruns_disagreeing(logs, owner, in_newest, (before, after), spreads)]] = True
     return out
+
+
+def _reruns_disagreeing(logs: np.ndarray, owner: np.ndarray, in_newest: np.ndarray,
+                        levels: tuple[np.ndarray, np.ndarray], spreads: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+    """The positions (in ``logs``) of an older commit's sessions left out where its sessions disagree (lie more
+    than the spread apart): those beyond the spread from the median of the sessions before the commit **and**, on the
+    same side, from that of the sessions after it, but the one nearest them. A rerun that reads unlike its own commit
+    and both its neighbours cannot move the commit's median, so one session can make no change (``owner``: each
+    session's commit; ``levels``/``spreads``: each session's before and after medians and spreads)."""
+    (before, after), (spread_b, spread_a) = levels, spreads
+    bounds = np.flatnonzero(np.diff(owner)) + 1
+    chosen: list[int] = []
+    for start, end in zip([0, *bounds.tolist()], [*bounds.tolist(), owner.size], strict=True):
+        if end - start < 2 or in_newest[start]:
+            continue
+        level_b, level_a = before[start], after[end - 1]
+        s_b, s_a = spread_b[start], spread_a[end - 1]
+        x = logs[start:end]
+        if np.ptp(x) <= min(s_b, s_a) or np.isnan(level_a):  # the sessions agree
+            continue
+        dev_b, dev_a = x - level_b, x - level_a
+        far = np.abs(dev_a) > s_a
+        if not np.isnan(level_b):
+            far &= (dev_b * dev_a > 0) & (np.abs(dev_b) > s_b)
+        far[int(np.argmin(np.abs(dev_a) + np.nan_to_num(np.abs(dev_b))))] = False
+        chosen.extend((start + np.flatnonzero(far)).tolist())
+    return np.asarray(chosen, dtype=np.intp)
 
 
 def _newest_disagreeing(logs: np.ndarray, in_newest: np.ndarray, before: np.ndarray, spread: np.ndarray) -> np.ndarray:
