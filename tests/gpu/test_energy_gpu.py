@@ -117,3 +117,64 @@ def test_an_energy_ratio_fails_as_designed_and_every_record_has_the_boards_state
     for name, row in rows.items():
         clocks = row["clocks"]
         assert clocks["mem_mhz"] > 0 and 0 < clocks["temperature_c"] < 110 and clocks["power_limit_w"] > 0, name
+
+
+BASELINED = f"""
+import os
+
+import numpy as np
+import pytest
+from pytest_jetmem import kernels
+
+N = {N} + {N} * int(os.environ.get("EXTRA_PCT", "0")) // 100
+
+
+@pytest.mark.memmode("device")
+@pytest.mark.memmode_runtime
+def test_copy_baselined(jetmem):
+    a = jetmem.empty(N)
+    b = jetmem.empty(N)
+    a.write_host(np.ones(N, np.float32))
+    jetmem.measure(lambda: kernels.stream(jetmem, "copy", a, b), label="copy")
+"""
+
+
+def test_energy_against_a_stored_baseline_passes_unchanged_code_and_fails_a_larger_copy(
+    pytester, monkeypatch, tmp_path
+):
+    """Three sessions saved as baseline ``main`` (with their energy windows); a fourth of the same code is
+    ``unchanged`` in energy under ``--jetmem-energy-fail=10``; one copying 50% more (the time's threshold set out of
+    reach) fails as ``FAIL energy regression``, with the change and its interval in the record."""
+    from pytest_jetmem.cuda.device import open_device
+    from pytest_jetmem.machine.jetson import sysroot
+    from pytest_jetmem.measure.energy import find_power
+
+    avail = open_device()
+    if not avail.ok:
+        pytest.skip(avail.reason)
+    setup = find_power(avail.device, "auto", str(sysroot()))
+    if setup is None or setup.source is None:
+        pytest.skip(f"no power source here: {setup.reason if setup else 'off'}")
+    pytester.makepyfile(test_baselined=BASELINED)
+    for _ in range(3):
+        saved = pytester.runpytest_subprocess("--jetmem-save=main", "--jetmem-energy=on")
+        assert saved.ret == 0, saved.stdout.str()
+
+    def compared(report: str) -> tuple[pytest.RunResult, dict]:
+        path = tmp_path / report
+        result = pytester.runpytest_subprocess("-rA", "--jetmem-compare=main", "--jetmem-energy=on",
+                                               "--jetmem-energy-fail=10", "--jetmem-fail=1000",
+                                               f"--jetmem-report={path}")
+        print(result.stdout.str())
+        (row,) = json.loads(path.with_suffix(".json").read_text())["rows"]
+        return result, row
+
+    same, row = compared("same.html")
+    assert same.ret == 0 and row["energy_baseline"] == "unchanged", row
+    assert abs(row["energy_baseline_change_pct"]) < 10, row
+    monkeypatch.setenv("EXTRA_PCT", "50")
+    more, row = compared("more.html")
+    assert more.ret == 1, more.stdout.str()
+    assert row["verdict"] == "FAIL energy regression" and row["energy_baseline"] == "regression", row
+    assert 30 < row["energy_baseline_change_pct"] < 75, row
+    more.stdout.fnmatch_lines(["*device copy:kernel energy per call: median * mJ vs baseline * mJ: +*REGRESSION*"])

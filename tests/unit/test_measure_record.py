@@ -88,6 +88,7 @@ def full_record() -> MeasurementRecord:
             SideBySide(5.45, (5.3, 5.6), "device", 0.31),
             BaselineComparison(Verdict.REGRESSION, 8.0, (1.06, 1.1), "rounds", "past the threshold"),
             Against("main (0123456789ab)", (1.5, 1.56)),
+            energy_baseline=BaselineComparison(Verdict.REGRESSION, 12.5, (1.08, 1.17), "sessions"),
         ),
     )
 
@@ -95,6 +96,7 @@ def full_record() -> MeasurementRecord:
 def noted_record() -> MeasurementRecord:
     built = RecordBuilder.measured("t.py::test_conv[45x45-device]", measurement())
     built.baseline = NotCompared(NotComparedWhy.OTHER_MACHINE, "baseline 'main' comes from another machine: no")
+    built.energy_baseline = NotCompared(NotComparedWhy.NEW, "new (no energy in the baseline)")
     return built.build(RecordVerdict.OK)
 
 
@@ -129,7 +131,9 @@ def test_the_json_object_is_the_row_readers_know() -> None:
     assert set(full) - set(data) == {
         *("ratio", "ratio_ci", "relative_to", "reference_median", "against", "base_samples"),
         *("baseline", "baseline_change_pct", "baseline_ci", "baseline_unit", "baseline_reason"),
+        *("energy_baseline", "energy_baseline_change_pct", "energy_baseline_ci", "energy_baseline_unit"),
     }
+    assert (full["energy_baseline"], full["energy_baseline_change_pct"]) == ("regression", 12.5)
     assert (full["baseline"], full["baseline_change_pct"], full["baseline_ci"]) == ("regression", 8.0, [1.06, 1.1])
     assert (full["ratio"], full["ratio_ci"], full["relative_to"]) == (5.45, [5.3, 5.6], "device")
     assert (full["verdict"], full["against"], full["base_samples"]) == (
@@ -226,9 +230,12 @@ def test_the_json_object_keeps_its_key_order() -> None:
         *("version", "nodeid", "mode", "key", "label", "scope", "median", "mad", "p5", "p95", "min", "n"),
         *("first_call_ms", "first_call_wall_ms", "stop_reason", "runs", "samples", "run_rounds", "clocks"),
         *("throttled", "ratio", "ratio_ci", "relative_to", "reference_median", "against", "base_samples"),
-        *("baseline", "baseline_change_pct", "baseline_ci", "baseline_unit", "baseline_reason", "verdict"),
+        *("baseline", "baseline_change_pct", "baseline_ci", "baseline_unit", "baseline_reason"),
+        *("energy_baseline", "energy_baseline_change_pct", "energy_baseline_ci", "energy_baseline_unit", "verdict"),
     ]
-    assert list(noted_record().to_json())[-3:] == ["baseline", "baseline_note", "verdict"]
+    assert list(noted_record().to_json())[-5:] == [
+        "baseline", "baseline_note", "energy_baseline", "energy_baseline_note", "verdict"
+    ]
 
 
 def test_a_report_twin_writes_non_finite_figures_as_null_and_they_read_back_as_nan() -> None:
@@ -320,6 +327,8 @@ def test_the_junit_properties_read_the_record() -> None:
         f"{prefix}:ratio_to_device": 5.45,
         f"{prefix}:baseline_change_pct": 8.0,
         f"{prefix}:baseline_verdict": "regression",
+        f"{prefix}:energy_baseline_change_pct": 12.5,
+        f"{prefix}:energy_baseline_verdict": "regression",
         f"{prefix}:verdict": "FAIL regression",
     }
     noted = dict(junit_properties(noted_record()))

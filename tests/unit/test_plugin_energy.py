@@ -274,3 +274,62 @@ def test_an_energy_ratio_of_energies_at_or_below_zero_cannot_be_judged() -> None
     assert message is not None and "max_energy_ratio=2 cannot be judged" in message
     assert energy_ratio_failure("zero_copy", "fill:kernel", EnergyRatio(1.5, (1.4, 1.6), "device", 0.002), 0.003, 3,
                                 2.0) is None
+
+
+# -- energy against a stored baseline (--jetmem-compare, judged under --jetmem-energy-fail) ------------------------
+GATED = """
+@pytest.mark.memmode("device")
+@pytest.mark.memmode_runtime
+def test_fill(jetmem):
+    jetmem.measure(fill(jetmem), label="fill")
+"""
+
+
+def test_energy_is_saved_with_the_baseline_and_judged_against_it_only_where_asked(
+    pytester: pytest.Pytester, install_fake_driver: InstallFake, tmp_path: Path
+) -> None:
+    """The baseline keeps each energy as an entry of its own (``fill:energy``, mJ, the windows as samples); a later
+    session compares its energy with it: reported beside the energy without ``--jetmem-energy-fail``, failing the
+    test as ``FAIL energy regression`` with it, where the energy per call grew past the threshold at the same time."""
+    def install(seed: int, launch_w: float) -> None:
+        counter = FakeEnergyCounter(idle_w=1.0, noise=0.0, step_s=(0.002, 0.004))
+        install_fake_driver("h100", kernel_ms=jittered(1.0, seed=seed), nvml_energy=counter, launch_w=launch_w)
+
+    install(1, 0.2)
+    pytester.makepyfile(test_energy=inner(GATED))
+    for _ in range(MIN_SESSIONS):
+        assert pytester.runpytest("--jetmem-save=main").ret == pytest.ExitCode.OK
+    entries = json.loads((pytester.path / ".jetmem" / "baselines" / "main.json").read_text())["entries"]
+    energy = entries["test_energy.py::test_fill[device]::device::fill:energy"]
+    assert energy["unit"] == "mJ" and len(energy["runs"]) == MIN_SESSIONS
+
+    same = pytester.runpytest("-rA", "--jetmem-compare=main", "--jetmem-energy-fail=5")
+    assert same.ret == pytest.ExitCode.OK, same.stdout.str()
+    assert row(same, "test_fill[device]")["energy / call"].endswith("unchanged")
+
+    install(2, 0.26)  # 30% more energy a call, at the same time
+    reported = pytester.runpytest("-rA", "--jetmem-compare=main")
+    assert reported.ret == pytest.ExitCode.OK, reported.stdout.str()
+    assert row(reported, "test_fill[device]")["verdict"] == "ok"
+    assert "% regression" in row(reported, "test_fill[device]")["energy / call"]
+
+    report = tmp_path / "report.html"
+    judged = pytester.runpytest("-rA", "--jetmem-compare=main", "--jetmem-energy-fail=5", f"--jetmem-report={report}")
+    assert judged.ret == pytest.ExitCode.TESTS_FAILED, judged.stdout.str()
+    assert row(judged, "test_fill[device]")["verdict"] == "FAIL energy regression"
+    judged.stdout.fnmatch_lines([
+        "*device fill:kernel energy per call: median 0.2* mJ vs baseline 0.2* mJ: +*% (99% CI *) over 1 vs 3 sessions "
+        "> 5% threshold: REGRESSION*"
+    ])
+    (recorded,) = json.loads(report.with_suffix(".json").read_text())["rows"]
+    assert recorded["energy_baseline"] == "regression" and recorded["energy_baseline_unit"] == "sessions"
+    assert recorded["baseline"] == "unchanged"
+
+
+def test_an_energy_threshold_that_is_not_a_percentage_is_a_usage_error_naming_the_option(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(test_energy=inner(ONE))
+    result = pytester.runpytest("--jetmem-energy-fail=-3")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--jetmem-energy-fail: expected a percentage >= 0, got -3.0*"])

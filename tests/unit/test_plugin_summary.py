@@ -275,6 +275,20 @@ def test_the_builder_orders_regressed_then_ambiguous_then_the_rest() -> None:
     assert cells["maxms"][5] == "**FAIL max\\_ms**" and cells["ok"][5] == "ok"
 
 
+def test_an_energy_comparison_has_its_column_and_an_energy_regression_ranks_first() -> None:
+    from dataclasses import replace
+
+    plain = _record("time", RecordVerdict.OK, _cmp(Verdict.UNCHANGED, 0.5))
+    energy = _record("joules", RecordVerdict.OK, _cmp(Verdict.UNCHANGED, 0.2))
+    energy = replace(energy, judgement=replace(energy.judgement, energy_baseline=_cmp(Verdict.REGRESSION, 12.0)))
+    text = summary_markdown([plain, energy], ComparedWith(compare="main"))
+    assert "| test | mode | what | median ms | vs base | energy vs base | verdict |" in text
+    rows = _table(text)
+    assert "joules" in rows[0][0] and "time" in rows[1][0]
+    assert rows[0][5] == "+12.0% regression" and rows[1][5] == ""
+    assert "energy vs base" not in summary_markdown([plain], ComparedWith(compare="main"))  # no empty column
+
+
 def test_the_builder_says_what_was_compared_with_and_an_interruption() -> None:
     records = [_record("a", RecordVerdict.REPORTED, None)]
     assert "base v1\\|x (--jetmem-against)" in summary_markdown(records, ComparedWith(against="v1|x", compare="m"))

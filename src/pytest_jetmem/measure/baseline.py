@@ -22,7 +22,8 @@ directory and no name can reach outside it::
           "nodeid": "tests/test_conv.py::test_conv[managed]",
           "mode": "managed",                    memory mode
           "scope": "call",                      what was timed within the test
-          "unit": "ms",                         always milliseconds
+          "unit": "ms",                         "ms" (a time), or "mJ": an energy per call ("<label>:energy",
+                                                each energy window a sample; --jetmem-energy)
           "samples": [0.312, 0.309, ...],       steady-state timings, warm-up excluded (the truth)
           "first_call_ms": 0.994,               the first (cold) call, or null
           "summary": {"n": ..., "median": ..., "mad": ..., "iqr": ..., "p5": ..., "p95": ...,
@@ -97,6 +98,10 @@ NAME_RULES = (
 )
 
 
+#: The units of an entry's samples: a time, an energy per call.
+UNITS = ("ms", "mJ")
+
+
 def _is_duration(v: Any) -> bool:
     """A finite number of milliseconds >= 0 (not a bool)."""
     return is_number(v) and math.isfinite(v) and v >= 0
@@ -119,7 +124,8 @@ def entry_key(nodeid: str, mode: str, scope: str) -> str:
 
 @dataclass(frozen=True)
 class Entry:
-    """The timings of one thing (``scope``) of one test item in one memory mode, in milliseconds."""
+    """The timings of one thing (``scope``) of one test item in one memory mode, in milliseconds; or its energy per
+    call in millijoules (``unit`` "mJ", scope ``<label>:energy``: each energy window a sample)."""
 
     nodeid: str
     mode: str
@@ -138,7 +144,7 @@ class Entry:
         for name in ("nodeid", "mode", "scope"):
             value = getattr(self, name)
             expect(isinstance(value, str) and value != "", name, value, "a non-empty str")
-        expect(self.unit == "ms", "unit", self.unit, "'ms'")
+        expect(self.unit in UNITS, "unit", self.unit, " or ".join(map(repr, UNITS)))
         raw = self.samples
         expect(isinstance(raw, (list, tuple)) or hasattr(raw, "tolist"), "samples", raw, "a list of numbers")
         object.__setattr__(self, "samples", _durations(raw, "samples", "at least one sample"))

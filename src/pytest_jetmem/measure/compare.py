@@ -90,6 +90,7 @@ class Comparison:
     n_current: int = 0
     unit: str = "samples"  # what n counts: "samples", "runs" (run medians), "sessions" or "rounds" (paired)
     reason: str = ""  # why an AMBIGUOUS verdict is not a call either way
+    figure: str = "ms"  # the unit of the medians compared: "ms" (a time), "mJ" (an energy per call)
 
     def ambiguous_call(self, why: str) -> Comparison:
         """This comparison with a regression or improvement said to be ambiguous, because ``why``; else itself."""
@@ -120,7 +121,7 @@ class Comparison:
         head = ""
         if math.isfinite(self.baseline_median) and math.isfinite(self.current_median):
             cur, base = _fmt_ms(self.current_median), _fmt_ms(self.baseline_median)
-            head = f"median {cur} ms vs baseline {base} ms: "
+            head = f"median {cur} {self.figure} vs baseline {base} {self.figure}: "
         if self.unit == "rounds":
             figures += f" over {self.n_current} interleaved rounds"
         elif self.unit != "samples":
@@ -145,6 +146,7 @@ class Comparison:
             "n_current": self.n_current,
             "unit": self.unit,
             "reason": self.reason,
+            "figure": self.figure,
         }
 
 

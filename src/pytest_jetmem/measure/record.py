@@ -18,7 +18,8 @@ and, where they apply: ``run_rounds`` (measured in turns), ``clocks`` and ``thro
 ``ratio``, ``ratio_ci``, ``relative_to``, ``reference_median`` (a side-by-side ratio), ``energy_ratio``,
 ``energy_ratio_ci``, ``energy_relative_to``, ``energy_reference_joules`` (an energy ratio), ``baseline`` with
 ``baseline_change_pct``, ``baseline_ci``, ``baseline_unit``, ``baseline_reason`` (a comparison) or with
-``baseline_note`` (why nothing was compared: :class:`NotComparedWhy`), ``against`` and ``base_samples``
+``baseline_note`` (why nothing was compared: :class:`NotComparedWhy`), the same under ``energy_baseline`` (the
+energy per call against the baseline's), ``against`` and ``base_samples``
 (``--jetmem-against``), ``um_counters`` (unified-memory counters, :mod:`pytest_jetmem.measure.counters`),
 ``energy`` (energy per call, :mod:`pytest_jetmem.measure.energy`).
 Readers ignore keys they do not know; a change of meaning bumps :data:`RECORD_VERSION`.
@@ -87,6 +88,7 @@ class RecordVerdict(str, Enum):
     FAIL_RATIO = "FAIL ratio"
     FAIL_ENERGY_RATIO = "FAIL energy ratio"
     FAIL_REGRESSION = "FAIL regression"
+    FAIL_ENERGY_REGRESSION = "FAIL energy regression"  # the energy against the baseline (``--jetmem-energy-fail``)
     FAIL_AMBIGUOUS = "FAIL ambiguous"  # an ambiguous comparison under ``--jetmem-ambiguous=fail``
 
     @property
@@ -107,6 +109,7 @@ class NotComparedWhy(str, Enum):
     OTHER_MACHINE = "other_machine"  # the baseline comes from another machine fingerprint
     ONLY_IN_CHANGE = "only_in_change"  # the base has no such test
     BASE_NOT_PASSED = "base_not_passed"  # the base's test failed or was skipped
+    NO_FIGURE = "no_figure"  # the measurement has no figure to compare (an energy of one window, or one <= 0)
     NOT_IN_BASE = "not_in_base"  # the base's test did not take this measurement
     NOT_IN_TURNS = "not_in_turns"  # measured alone, not in turns with the base
 
@@ -314,6 +317,8 @@ class Judgement:
     baseline: BaselineComparison | NotCompared | None = None
     against: Against | None = None
     energy_ratio: EnergyRatio | None = None
+    #: the energy per call against the baseline's (``--jetmem-compare``), or why it was not compared
+    energy_baseline: BaselineComparison | NotCompared | None = None
 
 
 # -- the record --------------------------------------------------------------------------------------------------
@@ -442,21 +447,21 @@ def _against_json(against: Against | None) -> dict[str, object]:
     return out
 
 
-def _baseline_json(baseline: BaselineComparison | NotCompared | None) -> dict[str, object]:
-    """A comparison's figures, or why nothing was compared (``baseline`` holds the sentence, ``baseline_note``
-    the kind); nothing where neither applies."""
+def _baseline_json(baseline: BaselineComparison | NotCompared | None, key: str = "baseline") -> dict[str, object]:
+    """A comparison's figures, or why nothing was compared (``key`` holds the sentence, ``<key>_note`` the kind);
+    nothing where neither applies. ``key``: ``baseline`` (the time's), ``energy_baseline`` (the energy's)."""
     if isinstance(baseline, NotCompared):
-        return {"baseline": baseline.text, "baseline_note": baseline.why.value}
+        return {key: baseline.text, f"{key}_note": baseline.why.value}
     if baseline is None:
         return {}
     out: dict[str, object] = {
-        "baseline": baseline.verdict.value,
-        "baseline_change_pct": baseline.change_pct,
-        "baseline_ci": list(baseline.ci),
-        "baseline_unit": baseline.unit,
+        key: baseline.verdict.value,
+        f"{key}_change_pct": baseline.change_pct,
+        f"{key}_ci": list(baseline.ci),
+        f"{key}_unit": baseline.unit,
     }
     if baseline.reason:
-        out["baseline_reason"] = baseline.reason
+        out[f"{key}_reason"] = baseline.reason
     return out
 
 
@@ -466,6 +471,7 @@ def _judgement_json(judge: Judgement) -> dict[str, object]:
         **_energy_ratio_json(judge.energy_ratio),
         **_against_json(judge.against),
         **_baseline_json(judge.baseline),
+        **_baseline_json(judge.energy_baseline, "energy_baseline"),
         "verdict": judge.verdict.value,
     }
 
@@ -548,30 +554,31 @@ def _side_by_side(obj: JsonObject) -> SideBySide | None:
     )
 
 
-def _comparison(obj: JsonObject) -> BaselineComparison:
-    verdict = _member(Verdict, obj.get("baseline"), "baseline", ", ".join(v.value for v in Verdict))
-    reason = obj.get("baseline_reason", "")
+def _comparison(obj: JsonObject, key: str) -> BaselineComparison:
+    verdict = _member(Verdict, obj.get(key), key, ", ".join(v.value for v in Verdict))
+    reason = obj.get(f"{key}_reason", "")
     return BaselineComparison(
         verdict=verdict,
-        change_pct=_number(obj, "baseline_change_pct", nan_for_none=True),
-        ci=_pair(obj.get("baseline_ci"), "baseline_ci"),
-        unit=_str(obj, "baseline_unit"),
-        reason=_any_str(reason if reason is not None else "", "baseline_reason"),
+        change_pct=_number(obj, f"{key}_change_pct", nan_for_none=True),
+        ci=_pair(obj.get(f"{key}_ci"), f"{key}_ci"),
+        unit=_str(obj, f"{key}_unit"),
+        reason=_any_str(reason if reason is not None else "", f"{key}_reason"),
     )
 
 
-def _not_compared(obj: JsonObject) -> NotCompared:
+def _not_compared(obj: JsonObject, key: str) -> NotCompared:
     choices = ", ".join(w.value for w in NotComparedWhy)
-    why = _member(NotComparedWhy, obj.get("baseline_note"), "baseline_note", choices)
-    return NotCompared(why, _str(obj, "baseline"))
+    why = _member(NotComparedWhy, obj.get(f"{key}_note"), f"{key}_note", choices)
+    return NotCompared(why, _str(obj, key))
 
 
-def _baseline(obj: JsonObject) -> BaselineComparison | NotCompared | None:
-    """A comparison where the object has its figures, else why nothing was compared, else None."""
-    if "baseline_change_pct" in obj:
-        return _comparison(obj)
-    if obj.get("baseline") is not None:
-        return _not_compared(obj)
+def _baseline(obj: JsonObject, key: str = "baseline") -> BaselineComparison | NotCompared | None:
+    """A comparison where the object has its figures (under ``key``: see :func:`_baseline_json`), else why nothing
+    was compared, else None."""
+    if f"{key}_change_pct" in obj:
+        return _comparison(obj, key)
+    if obj.get(key) is not None:
+        return _not_compared(obj, key)
     return None
 
 
@@ -601,7 +608,7 @@ def _judgement(obj: JsonObject) -> Judgement:
     against = _against(obj)
     choices = ", ".join(repr(v.value) for v in RecordVerdict)
     verdict = _member(RecordVerdict, obj.get("verdict", RecordVerdict.REPORTED.value), "verdict", choices)
-    return Judgement(verdict, ratio, baseline, against, _energy_ratio(obj))
+    return Judgement(verdict, ratio, baseline, against, _energy_ratio(obj), _baseline(obj, "energy_baseline"))
 
 
 def _energy_ratio(obj: JsonObject) -> EnergyRatio | None:
@@ -634,6 +641,7 @@ class RecordBuilder:
     counters: UnifiedMemoryCounters | None = None
     energy: Energy | None = None
     energy_ratio: EnergyRatio | None = None
+    energy_baseline: BaselineComparison | NotCompared | None = None
 
     @classmethod
     def measured(cls, nodeid: str, m: Measurement) -> RecordBuilder:
@@ -678,11 +686,14 @@ class RecordBuilder:
             record.counters,
             record.energy,
             judge.energy_ratio,
+            judge.energy_baseline,
         )
 
     def build(self, default: RecordVerdict = RecordVerdict.REPORTED) -> MeasurementRecord:
         """The record, with verdict ``default`` where none was decided."""
-        judgement = Judgement(self.verdict or default, self.ratio, self.baseline, self.against, self.energy_ratio)
+        judgement = Judgement(
+            self.verdict or default, self.ratio, self.baseline, self.against, self.energy_ratio, self.energy_baseline
+        )
         return MeasurementRecord(
             self.identity, self.statistics, self.conditions, judgement, self.counters, self.energy
         )

@@ -70,9 +70,11 @@ def over_pcie(cmp: Comparison, mode: str, integrated: bool | None) -> Comparison
 
 
 def apply_comparison(
-    item: pytest.Item, state: GateSession, record: RecordBuilder, cmp: Comparison, *, judged: bool
+    item: pytest.Item, state: GateSession, record: RecordBuilder, cmp: Comparison, *, judged: bool,
+    energy: bool = False,
 ) -> str | None:
-    """Put a comparison's figures in ``record``; the failure message it gives a judged test (None: it passes).
+    """Put a comparison's figures in ``record`` (the time's; ``energy``: the energy per call's); the failure message
+    it gives a judged test (None: it passes).
 
     A regression fails; an ambiguous verdict fails, warns or passes as ``--jetmem-ambiguous`` says.
     """
@@ -82,12 +84,16 @@ def apply_comparison(
     throttled = record.conditions.throttled
     if throttled:
         cmp = cmp.ambiguous_call(f"measured while the GPU was throttled ({', '.join(throttled)}): not comparable")
-    record.baseline = BaselineComparison.of(cmp)
+    if energy:
+        record.energy_baseline = BaselineComparison.of(cmp)
+    else:
+        record.baseline = BaselineComparison.of(cmp)
     if not judged:
         return None
-    text = f"{record.identity.mode} {record.identity.key}: {cmp.describe()}"
+    what = " energy per call" if energy else ""
+    text = f"{record.identity.mode} {record.identity.key}{what}: {cmp.describe()}"
     if cmp.verdict is Verdict.REGRESSION:
-        record.verdict = RecordVerdict.FAIL_REGRESSION
+        record.verdict = RecordVerdict.FAIL_ENERGY_REGRESSION if energy else RecordVerdict.FAIL_REGRESSION
         return text
     if cmp.verdict is Verdict.AMBIGUOUS:
         if state.ambiguous == "fail":
@@ -117,6 +123,9 @@ def junit_properties(record: MeasurementRecord) -> list[tuple[str, object]]:
     if isinstance(judgement.baseline, BaselineComparison):
         props.append((f"{prefix}:baseline_change_pct", round(judgement.baseline.change_pct, 3)))
         props.append((f"{prefix}:baseline_verdict", judgement.baseline.verdict.value))
+    if isinstance(judgement.energy_baseline, BaselineComparison):
+        props.append((f"{prefix}:energy_baseline_change_pct", round(judgement.energy_baseline.change_pct, 3)))
+        props.append((f"{prefix}:energy_baseline_verdict", judgement.energy_baseline.verdict.value))
     props.append((f"{prefix}:verdict", judgement.verdict.value))
     return props
 

@@ -211,6 +211,15 @@ SETTINGS: tuple[Setting, ...] = (
         ini_help="energy per call: auto, on or off",
         ini_default="auto",
     ),
+    Setting(
+        "energy_fail",
+        "also judge every measurement's energy per call against the baseline (--jetmem-compare): an energy regression "
+        "past PCT percent of the baseline's fails the test as a time's does, an ambiguous one as --jetmem-ambiguous "
+        "says (default: the energy comparison is reported, not judged)",
+        type=float,
+        metavar="PCT",
+        ini_help="energy regression threshold in percent (unset: energy comparisons are reported, not judged)",
+    ),
     # the concurrency half
     Setting(
         "tegra_strict",
@@ -463,6 +472,14 @@ def get_float(config: pytest.Config, name: str, *, minimum: float, what: str) ->
     if not math.isfinite(number) or number < minimum:  # the value as given (an ini key's text: "-1e9")
         raise pytest.UsageError(f"{source}: expected {what}, got {value!r}")
     return number
+
+
+def get_optional_float(config: pytest.Config, name: str, *, minimum: float, what: str) -> float | None:
+    """:func:`get_float`, or None where neither the option nor the ini key is set (an empty ini value is unset)."""
+    value, _ = raw(config, name)
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    return get_float(config, name, minimum=minimum, what=what)
 
 
 def get_int(config: pytest.Config, name: str, *, minimum: int, what: str) -> int:

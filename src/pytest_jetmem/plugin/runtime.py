@@ -64,7 +64,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     options.add(
         parser,
         *("save", "compare", "fail", "baseline_dir", "strict_machine", "overwrite", "ambiguous"),
-        *("window", "runs", "benchmark_json", "max_time", "noise", "counters", "energy"),
+        *("window", "runs", "benchmark_json", "max_time", "noise", "counters", "energy", "energy_fail"),
     )
 
 
@@ -97,6 +97,7 @@ def pytest_configure(config: pytest.Config) -> None:
         ambiguous=options.get_choice(config, "ambiguous"),
         runs=options.get_int(config, "runs", minimum=1, what="an integer >= 1"),
         benchmark_json=_benchmark_json_path(config),
+        energy_fail_pct=options.get_optional_float(config, "energy_fail", minimum=0.0, what="a percentage >= 0"),
         results_store=options.store_url(config),
         rootdir=config.rootpath,
     )
@@ -293,6 +294,28 @@ def _remember(state: GateSession, nodeid: str, m: Measurement, sm_mhz: float | N
         run_sessions=(state.session_id,) * len(runs),
         sm_mhz=sm_mhz,
     )
+    windows = _energy_windows_mj(m)
+    if windows is not None:  # the energy per call as an entry of its own (unit mJ), as the results store keeps it
+        state.entries[entry_key(nodeid, m.mode, _energy_key(m))] = Entry(
+            nodeid, m.mode, _energy_key(m), windows, unit="mJ", sm_mhz=sm_mhz
+        )
+
+
+def _energy_key(m: Measurement) -> str:
+    """The key of ``m``'s energy entry: its label and the energy scope (``copy:energy``)."""
+    from pytest_jetmem.measure.record import ENERGY_SCOPE
+
+    return f"{m.label or 'measure'}:{ENERGY_SCOPE}"
+
+
+def _energy_windows_mj(m: Measurement) -> tuple[float, ...] | None:
+    """Each energy window's millijoules per call, the samples an energy comparison counts; None without an energy
+    of two windows or more, all above 0 (one window has no spread; a window <= 0 is work below the sensor's
+    noise)."""
+    energy = m.energy
+    if energy is None or len(energy.per_window) < 2 or not all(v > 0 for v in energy.per_window):
+        return None
+    return tuple(v * 1e3 for v in energy.per_window)
 
 
 def _judge_one(judging: _Judging, i: int, m: Measurement, record: RecordBuilder, *, judged: bool) -> list[str]:
@@ -308,10 +331,14 @@ def _judge_one(judging: _Judging, i: int, m: Measurement, record: RecordBuilder,
         _failed(record, _energy_ratio(judging, i, m, record, judged=judged), RecordVerdict.FAIL_ENERGY_RATIO),
     ]
     compared, failure = _against_baseline(judging, m, record, judged=judged)
+    energy_compared, energy_failure = _energy_against_baseline(judging, m, record, judged=judged)
     record.verdict = final_verdict(
-        record.verdict, judged=judged, reference_only=judging.reference and max_ms is None, compared=compared
+        record.verdict,
+        judged=judged,
+        reference_only=judging.reference and max_ms is None,
+        compared=compared or energy_compared,
     )
-    return [f for f in (*failures, failure) if f]
+    return [f for f in (*failures, failure, energy_failure) if f]
 
 
 def _failed(record: RecordBuilder, failure: str | None, verdict: RecordVerdict) -> str | None:
@@ -367,6 +394,35 @@ def _against_baseline(
         return False, None
     cmp = _comparison(state, entry, m, record, integrated=judging.handle.device.integrated)
     return takes_part, apply_comparison(judging.item, state, record, cmp, judged=takes_part)
+
+
+def _energy_against_baseline(
+    judging: _Judging, m: Measurement, record: RecordBuilder, *, judged: bool
+) -> tuple[bool, str | None]:
+    """``--jetmem-compare``: the energy per call of ``m`` compared with its baseline entry's into ``record`` (where
+    both were measured); judged only under ``--jetmem-energy-fail``. Whether it was judged, and its failure."""
+    from dataclasses import replace
+
+    from pytest_jetmem.measure.baseline import entry_key
+    from pytest_jetmem.measure.compare import compare_sessions
+    from pytest_jetmem.measure.record import NotCompared, NotComparedWhy
+
+    state = _gate(judging.item.config)
+    if state.compare_name is None or judging.base is None or m.energy is None:
+        return False, None
+    entry = judging.base.entry(entry_key(judging.item.nodeid, m.mode, _energy_key(m)))
+    windows = _energy_windows_mj(m)
+    if entry is None or windows is None:
+        why = (NotComparedWhy.NEW, "new (no energy in the baseline)") if entry is None else (
+            NotComparedWhy.NO_FIGURE, "not compared: the energy has fewer than two windows, or one <= 0 J")
+        record.energy_baseline = NotCompared(*why)
+        return False, None
+    threshold = state.energy_fail_pct if state.energy_fail_pct is not None else state.fail_pct
+    cmp = replace(compare_sessions(entry.sessions(), [windows], threshold), figure="mJ")
+    cmp = at_other_clocks(cmp, entry.sm_mhz, clock_mhz(record.conditions.clocks))
+    cmp = over_pcie(cmp, m.mode, judging.handle.device.integrated)
+    takes_part = judged and judging.spec.baseline and state.energy_fail_pct is not None
+    return takes_part, apply_comparison(judging.item, state, record, cmp, judged=takes_part, energy=True)
 
 
 def _comparison(
@@ -594,8 +650,16 @@ def _cells(r: MeasurementRecord, *, counted: bool, energy: bool = False) -> tupl
     if counted:
         cells = (*cells, r.counters.summary() if r.counters is not None else "")
     if energy:
-        cells = (*cells, r.energy.short() if r.energy is not None else "")
+        cells = (*cells, _energy_cell(r))
     return cells
+
+
+def _energy_cell(r: MeasurementRecord) -> str:
+    """The "energy / call" cell: the energy and, where it was compared with the baseline's, that comparison."""
+    if r.energy is None:
+        return ""
+    compared = r.judgement.energy_baseline
+    return r.energy.short() + (f"; {_baseline_cell(compared)[:40]}" if compared is not None else "")
 
 
 def _baseline_cell(cmp: BaselineComparison | NotCompared | None) -> str:

@@ -175,6 +175,8 @@ class GateSession:
     ambiguous: str  # what an ambiguous comparison does: "pass", "warn" or "fail"
     runs: int
     benchmark_json: str | None
+    #: ``--jetmem-energy-fail``: the energy regression threshold (percent); None: energy comparisons are not judged
+    energy_fail_pct: float | None = None
     #: the results store (``--jetmem-store``): its URL and the setting it came from; None: no store
     results_store: tuple[str, str] | None = None
     #: the rootdir: a relative results store path is relative to it

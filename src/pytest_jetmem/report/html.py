@@ -192,7 +192,9 @@ def _energy_td(r: MeasurementRecord) -> Markup:
     e = r.energy
     if e is None:
         return Markup("<td></td>")
-    return Markup(f'<td class="num" data-v="{esc(repr(e.joules))}" title="{esc(e.describe())}">{esc(e.short())}</td>')
+    compared = r.judgement.energy_baseline
+    text = e.short() + (f"; vs baseline {compared.text}" if compared is not None else "")
+    return Markup(f'<td class="num" data-v="{esc(repr(e.joules))}" title="{esc(e.describe())}">{esc(text)}</td>')
 
 
 def _table_row(r: MeasurementRecord, g: Group, counted: bool, energy: bool = False) -> Markup:

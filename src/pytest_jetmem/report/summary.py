@@ -57,12 +57,11 @@ def escape(text: str) -> str:
 def rank(record: MeasurementRecord) -> int:
     """:data:`REGRESSED` (a failed verdict, or a comparison that says regression), :data:`AMBIGUOUS` (an ambiguous
     verdict or comparison), else :data:`OTHER`."""
-    verdict = record.judgement.verdict
-    cmp = record.judgement.baseline
-    compared = cmp.verdict if isinstance(cmp, BaselineComparison) else None
-    if verdict.failed or compared is Verdict.REGRESSION:
+    verdict, judgement = record.judgement.verdict, record.judgement
+    compared = {c.verdict for c in (judgement.baseline, judgement.energy_baseline) if isinstance(c, BaselineComparison)}
+    if verdict.failed or Verdict.REGRESSION in compared:
         return REGRESSED
-    if verdict is RecordVerdict.AMBIGUOUS or compared is Verdict.AMBIGUOUS:
+    if verdict is RecordVerdict.AMBIGUOUS or Verdict.AMBIGUOUS in compared:
         return AMBIGUOUS
     return OTHER
 
@@ -71,8 +70,9 @@ def _median(ms: float) -> str:
     return f"{ms:.4g}" if math.isfinite(ms) else str(ms)
 
 
-def _row(record: MeasurementRecord) -> str:
-    cmp = record.judgement.baseline
+def _row(record: MeasurementRecord, energy: bool) -> str:
+    """One table row; ``energy``: with the energy comparison's cell."""
+    cmp, energy_cmp = record.judgement.baseline, record.judgement.energy_baseline
     verdict = escape(record.judgement.verdict.value)
     cells = (
         escape(record.nodeid),
@@ -80,6 +80,7 @@ def _row(record: MeasurementRecord) -> str:
         escape(record.key),
         _median(record.statistics.median),
         escape(cmp.text) if cmp is not None else "",
+        *((escape(energy_cmp.text) if energy_cmp is not None else "",) if energy else ()),
         f"**{verdict}**" if rank(record) == REGRESSED else verdict,
     )
     return "| " + " | ".join(cells) + " |"
@@ -108,8 +109,10 @@ def summary_markdown(
         lines.append("Nothing was measured in this session.")
         return "\n".join(lines) + "\n"
     lines += [compared_with.text, ""]
-    lines.append("| " + " | ".join(HEADER) + " |")
-    lines.append("|" + "|".join("---:" if h == "median ms" else "---" for h in HEADER) + "|")
+    energy = any(r.judgement.energy_baseline is not None for r in records)  # no empty column without energy
+    header = (*HEADER[:-1], *(("energy vs base",) if energy else ()), HEADER[-1])
+    lines.append("| " + " | ".join(header) + " |")
+    lines.append("|" + "|".join("---:" if h == "median ms" else "---" for h in header) + "|")
     order = sorted(range(len(records)), key=lambda i: (ranks[i], i))
-    lines += [_row(records[i]) for i in order]
+    lines += [_row(records[i], energy) for i in order]
     return "\n".join(lines) + "\n"
