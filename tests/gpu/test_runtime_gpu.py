@@ -100,6 +100,7 @@ def test_work(jetmem):
 def test_baseline_save_compare_and_regression(pytester, jetmem_device, monkeypatch):
     pytester.makepyfile(test_work=REGRESS_FILE)
     bdir = pytester.path / "baselines"
+    monkeypatch.setenv("PYTEST_ADDOPTS", "--jetmem-energy=off")  # the timing's baseline (energy's: test_energy_gpu)
     r = pytester.runpytest_subprocess(f"--jetmem-baseline-dir={bdir}", "--jetmem-save=main")
     r.assert_outcomes(passed=1)
     saved = json.loads((bdir / "main.json").read_text())
