@@ -501,6 +501,36 @@ def test_cuda_driver_keeps_the_nvml_error_name_and_the_call(
     )
 
 
+def test_a_read_failing_in_another_thread_is_not_this_threads_reason(
+    real_driver: driver.CudaDriver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A power-polling thread's failed read of ``power_usage`` leaves the main thread's good read without a reason
+    (the reasons are kept per thread), and NVML is started once for both."""
+    import threading
+
+    polling = threading.Event()
+
+    def power(handle: Any) -> int:
+        if threading.current_thread().name == "poll":
+            polling.set()
+            raise NotSupportedError("Not Supported")
+        return 250_000
+
+    module = stand_in(device_get_power_usage=power)
+    monkeypatch.setattr(driver, "import_nvml", lambda: module)
+    assert real_driver.nvml_power_usage_mw(0) == 250_000
+    seen: list[str] = []
+    thread = threading.Thread(
+        target=lambda: seen.append(str(real_driver.nvml_power_usage_mw(0)) + real_driver.nvml_error("power_usage")),
+        name="poll",
+    )
+    thread.start()
+    thread.join(5)
+    assert polling.is_set() and seen == ["NonenvmlDeviceGetPowerUsage: NVML_ERROR_NOT_SUPPORTED"]
+    assert real_driver.nvml_error("power_usage") == ""  # the main thread's own last read was good
+    assert module.calls == ["init"]
+
+
 def test_cuda_driver_without_nvml_says_so_once_for_every_read(
     real_driver: driver.CudaDriver, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -18,6 +18,7 @@ import contextlib
 import functools
 import os
 import re
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -133,7 +134,10 @@ class CudaDriver:
         self._nvml_handles: dict[str, Any] = {}
         self._nvml_power: Any = None  # NVML for the power and energy reads; False once its start failed
         self._nvml_power_error = ""  # why NVML could not be started for them (the one-line reason)
-        self._nvml_errors: dict[str, str] = {}  # per quantity, why its last read gave None ("" after a good one)
+        # per thread and quantity, why its last read gave None ("" after a good one): a power-polling thread's failed
+        # read never becomes the reason the main thread gives for its own
+        self._nvml_errors = threading.local()
+        self._nvml_start = threading.Lock()  # NVML started once, whichever thread reads first
         self._nvrtc_library: NvrtcLibrary | CudaUnavailable | None = None
         self._nvrtc_ready = False  # the bindings loaded libnvrtc (see _nvrtc_module)
 
@@ -256,7 +260,14 @@ class CudaDriver:
     def nvml_error(self, quantity: str) -> str:
         """Why the last read of ``quantity`` (``total_energy`` or ``power_usage``) gave None, in one line naming the
         NVML call and error (``nvmlDeviceGetTotalEnergyConsumption: NVML_ERROR_NOT_SUPPORTED``); "" after a good one."""
-        return self._nvml_errors.get(quantity, "")
+        return self._errors_here().get(quantity, "")
+
+    def _errors_here(self) -> dict[str, str]:
+        """This thread's reasons, by quantity."""
+        errors: dict[str, str] | None = getattr(self._nvml_errors, "by_quantity", None)
+        if errors is None:
+            errors = self._nvml_errors.by_quantity = {}
+        return errors
 
     def _nvml_read(self, dev: Any, quantity: str) -> int | None:
         """One NVML power or energy read of ``dev``; None, with the reason kept, wherever it fails."""
@@ -266,25 +277,26 @@ class CudaDriver:
             handle = self._nvml_power_handle(nvml, dev)
             value = int(nvml_function(nvml, call)(handle))
         except Exception as exc:  # no NVML, no such call in these bindings, NVMLError, CudaError: NVML cannot say
-            self._nvml_errors[quantity] = self._nvml_power_error or f"{call}: {nvml_error_name(exc)}"
+            self._errors_here()[quantity] = self._nvml_power_error or f"{call}: {nvml_error_name(exc)}"
             return None
-        self._nvml_errors[quantity] = ""
+        self._errors_here()[quantity] = ""
         return value
 
     def _nvml_for_power(self) -> Any:
         """``cuda.bindings.nvml``, initialised once for the power and energy reads; raises where it cannot be."""
-        if self._nvml_power is False:
-            raise RuntimeError(self._nvml_power_error)
-        if self._nvml_power is None:
-            try:
-                nvml = import_nvml()
-                nvml.init_v2()
-            except Exception as exc:  # no libnvidia-ml (a Jetson, a container), or bindings without NVML
-                self._nvml_power = False
-                self._nvml_power_error = f"NVML unavailable: {nvml_error_name(exc)}"
-                raise
-            self._nvml_power = nvml
-        return self._nvml_power
+        with self._nvml_start:
+            if self._nvml_power is False:
+                raise RuntimeError(self._nvml_power_error)
+            if self._nvml_power is None:
+                try:
+                    nvml = import_nvml()
+                    nvml.init_v2()
+                except Exception as exc:  # no libnvidia-ml (a Jetson, a container), or bindings without NVML
+                    self._nvml_power = False
+                    self._nvml_power_error = f"NVML unavailable: {nvml_error_name(exc)}"
+                    raise
+                self._nvml_power = nvml
+            return self._nvml_power
 
     def _nvml_power_handle(self, nvml: Any, dev: Any) -> Any:
         """NVML's handle of ``dev``, found by its PCI bus id (the same device as CUDA's) and kept."""
