@@ -260,7 +260,7 @@ def _bad_files(tmp_path: Path) -> dict[str, tuple[bytes, str]]:
         "list": (b"[1, 2]", "top level is a JSON list"),
         "wrongformat": (json.dumps({**doc, "format": "pytest-benchmark"}).encode(), "format 'pytest-benchmark'"),
         "noformat": (json.dumps({"version": 1}).encode(), "format None"),
-        "future": (json.dumps({**doc, "version": 2}).encode(), "version 2"),
+        "future": (json.dumps({**doc, "version": 3}).encode(), "version 3"),
         "strversion": (json.dumps({**doc, "version": "1"}).encode(), "version '1'"),
         "nomachine": (json.dumps({k: v for k, v in doc.items() if k != "machine"}).encode(), "machine"),
         "badentry": (json.dumps(bad_entry).encode(), f"entries[{key!r}]"),
@@ -404,3 +404,16 @@ def test_concurrent_saves_from_8_processes_lose_nothing(tmp_path: Path) -> None:
             assert len(e.samples) == SAMPLES and e.first_call_ms == float(w)
     leftovers = sorted(p.name for p in tmp_path.iterdir())
     assert leftovers == ["shared.json", "shared.json.lock"]
+
+
+def test_a_file_with_an_energy_entry_says_version_2_and_one_of_times_only_stays_version_1(tmp_path: Path) -> None:
+    """An older pytest-jetmem (version 1 only) still reads a baseline of times; one with an energy entry (unit mJ)
+    says it is version 2, which such a reader refuses by its version, not by a unit it does not know."""
+    store = BaselineStore(tmp_path)
+    times = {"k": Entry("t.py::test_a", "device", "a:kernel", (1.0, 1.1))}
+    store.save("times", H100, times, "s1")
+    assert json.loads(store.path("times").read_text())["version"] == 1
+    energy = {**times, "e": Entry("t.py::test_a", "device", "a:energy", (0.2, 0.21), unit="mJ")}
+    store.save("energy", H100, energy, "s1")
+    assert json.loads(store.path("energy").read_text())["version"] == 2
+    assert store.load("energy").entry("e") is not None and store.load("times").entry("k") is not None

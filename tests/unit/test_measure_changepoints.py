@@ -496,6 +496,8 @@ def test_a_rerun_unlike_its_commit_and_both_neighbours_is_an_outlier() -> None:
     step[21:] *= 1.10
     at_step = np.insert(step, 21, y[20] * 1.10)  # commit 20 again at the level after it: a step, not an outlier
     assert not outliers(at_step, groups=groups).any()
+    majority = np.insert(y, 21, [y[20] * 1.05] * 2)  # three sessions of commit 20, two of them 5% up: its level
+    assert not outliers(majority, groups=[*range(21), 20, 20, *range(21, 40)]).any()
 
 
 def test_the_newest_commits_reruns_that_disagree_wait_for_the_next_commit() -> None:

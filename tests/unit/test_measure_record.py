@@ -34,9 +34,9 @@ from pytest_jetmem.measure.record import (
 )
 from pytest_jetmem.measure.timing import Measurement
 from pytest_jetmem.plugin.judging import attach_records, junit_properties, report_records
-from pytest_jetmem.plugin.runtime import format_table
 from pytest_jetmem.report.html import render_html
 from pytest_jetmem.report.rows import report_document
+from pytest_jetmem.report.table import format_table
 
 NODEID = "t.py::test_conv[45x45-zero_copy]"
 #: The keys of the row every reader knew before the record was typed, and which its JSON object keeps.

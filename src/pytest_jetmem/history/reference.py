@@ -15,7 +15,7 @@ from pytest_jetmem.history.model import SessionRow, commit_order
 from pytest_jetmem.history.store import Store, open_store
 from pytest_jetmem.machine.fingerprint import Machine
 from pytest_jetmem.measure.baseline import Baseline, Entry, entry_key
-from pytest_jetmem.measure.record import MeasurementRecord
+from pytest_jetmem.measure.record import MeasurementRecord, unit_of
 
 __all__ = ["reference_baseline", "reference_sessions"]
 
@@ -50,8 +50,8 @@ def _entries(store: Store, rows: list[SessionRow]) -> dict[str, Entry]:
     runs: dict[str, list[tuple[SessionRow, tuple[float, ...]]]] = {}
     for row in rows:
         for series_id, samples in store.session_samples(row.id).items():
-            if samples:
-                k = names[series_id]
+            k = names[series_id]
+            if samples and (unit_of(k.scope) == "ms" or min(samples) > 0):  # an energy window <= 0 compares nothing
                 runs.setdefault(entry_key(k.nodeid, k.mode, k.key), []).append((row, samples))
     records: dict[int, dict[str, MeasurementRecord]] = {}
     for row in {taken[-1][0].id: taken[-1][0] for taken in runs.values()}.values():
@@ -66,6 +66,7 @@ def _entries(store: Store, rows: list[SessionRow]) -> dict[str, Entry]:
             newest.key,
             tuple(v for _, samples in taken for v in samples),
             newest.statistics.first_call_ms,
+            unit=unit_of(newest.identity.scope),
             runs=tuple(samples for _, samples in taken),
             run_sessions=tuple(row.uid for row, _ in taken),
             sm_mhz=clocks.median_mhz if clocks is not None else None,

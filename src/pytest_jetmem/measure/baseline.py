@@ -85,7 +85,10 @@ __all__ = [
 ]
 
 FORMAT = "pytest-jetmem-baseline"
-VERSION = 1
+VERSION = 2
+#: The versions this reads: 1 (times only) and 2 (also energies, unit "mJ"). A file is written as version 1 where it
+#: holds times only, so that an older pytest-jetmem still reads it; one with an energy says it is version 2.
+READS = (1, 2)
 
 #: One part of a baseline name: letters, digits, '.', '_', '-', not starting with '.' (so never '.' or '..').
 _PART = r"[A-Za-z0-9_-][A-Za-z0-9._-]*"
@@ -247,7 +250,7 @@ class Baseline:
         """The file's JSON object (entries sorted by key)."""
         return {
             "format": FORMAT,
-            "version": VERSION,
+            "version": VERSION if any(e.unit != "ms" for e in self.entries.values()) else 1,
             "name": self.name,
             "created": self.created,
             "session": self.session,
@@ -285,11 +288,11 @@ def _check_format(doc: Any, path: Path) -> None:
     if fmt != FORMAT:
         raise BaselineError(path, f"not a pytest-jetmem baseline (format {fmt!r}, expected {FORMAT!r})")
     version = doc.get("version")
-    if not is_int(version) or version != VERSION:
+    if not is_int(version) or version not in READS:
         raise BaselineError(
             path,
-            f"unsupported baseline format version {version!r} (this pytest-jetmem reads version {VERSION}); "
-            "use a matching pytest-jetmem or save the baseline again",
+            f"unsupported baseline format version {version!r} (this pytest-jetmem reads versions "
+            f"{', '.join(map(str, READS))}); use a matching pytest-jetmem or save the baseline again",
         )
 
 

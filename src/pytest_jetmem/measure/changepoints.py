@@ -559,9 +559,10 @@ def _reruns_disagreeing(logs: np.ndarray, owner: np.ndarray, in_newest: np.ndarr
                         levels: tuple[np.ndarray, np.ndarray], spreads: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
     """The positions (in ``logs``) of an older commit's sessions left out where its sessions disagree (lie more
     than the spread apart): those beyond the spread from the median of the sessions before the commit **and**, on the
-    same side, from that of the sessions after it, but the one nearest them. A rerun that reads unlike its own commit
-    and both its neighbours cannot move the commit's median, so one session can make no change (``owner``: each
-    session's commit; ``levels``/``spreads``: each session's before and after medians and spreads)."""
+    same side, from that of the sessions after it, but the one nearest them, and at most half of the commit's. A
+    rerun that reads unlike its own commit and both its neighbours cannot move the commit's median, so one session
+    can make no change (``owner``: each session's commit; ``levels``/``spreads``: each session's before and after
+    medians and spreads)."""
     (before, after), (spread_b, spread_a) = levels, spreads
     bounds = np.flatnonzero(np.diff(owner)) + 1
     chosen: list[int] = []
@@ -578,7 +579,8 @@ def _reruns_disagreeing(logs: np.ndarray, owner: np.ndarray, in_newest: np.ndarr
         if not np.isnan(level_b):
             far &= (dev_b * dev_a > 0) & (np.abs(dev_b) > s_b)
         far[int(np.argmin(np.abs(dev_a) + np.nan_to_num(np.abs(dev_b))))] = False
-        chosen.extend((start + np.flatnonzero(far)).tolist())
+        if 2 * int(far.sum()) <= far.size:  # never the commit's majority: that is its level, its neighbours' news
+            chosen.extend((start + np.flatnonzero(far)).tolist())
     return np.asarray(chosen, dtype=np.intp)
 
 

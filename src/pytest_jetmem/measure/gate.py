@@ -13,9 +13,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from pytest_jetmem.measure.record import EnergyRatio, NotCompared, NotComparedWhy, RecordBuilder, RecordVerdict
+from pytest_jetmem.measure.record import (
+    ENERGY_SCOPE,
+    EnergyRatio,
+    NotCompared,
+    NotComparedWhy,
+    RecordBuilder,
+    RecordVerdict,
+)
 
 if TYPE_CHECKING:
+    from pytest_jetmem.measure.baseline import Entry
+    from pytest_jetmem.measure.compare import Comparison
     from pytest_jetmem.measure.energy import Energy
 
 __all__ = [
@@ -149,3 +158,34 @@ def final_verdict(
     if judged and reference_only and not compared:
         return RecordVerdict.REFERENCE
     return RecordVerdict.OK if judged else RecordVerdict.REPORTED
+
+
+# -- the energy per call against a stored baseline (--jetmem-compare, --jetmem-energy-fail) -------------------------
+def energy_scope(label: str | None) -> str:
+    """The scope of a measurement's energy entry in a baseline: its label and the energy scope (``copy:energy``),
+    the key the results store gives its energy series."""
+    return f"{label or 'measure'}:{ENERGY_SCOPE}"
+
+
+def energy_samples_mj(energy: Energy | None) -> tuple[float, ...] | None:
+    """Each energy window's millijoules per call, the samples an energy comparison counts; None without an energy of
+    two windows or more, all above 0 (one window has no spread; a window <= 0 is work below the sensor's noise)."""
+    if energy is None or len(energy.per_window) < 2 or not all(v > 0 for v in energy.per_window):
+        return None
+    return tuple(v * 1e3 for v in energy.per_window)
+
+
+def energy_comparison(entry: Entry | None, energy: Energy, threshold_pct: float) -> Comparison | NotCompared:
+    """``energy`` against its baseline ``entry`` (None: the baseline has none), compared as a time is
+    (:func:`~pytest_jetmem.measure.compare.compare_sessions`, figures in mJ); or why nothing was compared."""
+    from dataclasses import replace
+
+    from pytest_jetmem.measure.compare import compare_sessions
+
+    windows = energy_samples_mj(energy)
+    if entry is None:
+        return NotCompared(NotComparedWhy.NEW, "new (no energy in the baseline)")
+    if windows is None:
+        why = "not compared: the energy has fewer than two windows, or one <= 0 J"
+        return NotCompared(NotComparedWhy.NO_FIGURE, why)
+    return replace(compare_sessions(entry.sessions(), [windows], threshold_pct), figure="mJ")

@@ -76,7 +76,8 @@ def apply_comparison(
     """Put a comparison's figures in ``record`` (the time's; ``energy``: the energy per call's); the failure message
     it gives a judged test (None: it passes).
 
-    A regression fails; an ambiguous verdict fails, warns or passes as ``--jetmem-ambiguous`` says.
+    A regression fails; an ambiguous verdict fails, warns or passes as ``--jetmem-ambiguous`` says (a warning
+    never takes the place of a failure another criterion put on the record).
     """
     from pytest_jetmem.measure.compare import Verdict
     from pytest_jetmem.measure.record import BaselineComparison, RecordVerdict
@@ -100,7 +101,8 @@ def apply_comparison(
             record.verdict = RecordVerdict.FAIL_AMBIGUOUS
             return f"{text} [--jetmem-ambiguous=fail]"
         if state.ambiguous == "warn":
-            record.verdict = RecordVerdict.AMBIGUOUS
+            if record.verdict is None or not record.verdict.failed:  # a failure decided before stays the verdict
+                record.verdict = RecordVerdict.AMBIGUOUS
             warnings.warn(pytest.PytestWarning(f"jetmem: {item.nodeid}: {text}"), stacklevel=1)
     return None
 

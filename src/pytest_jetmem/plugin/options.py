@@ -482,6 +482,19 @@ def get_optional_float(config: pytest.Config, name: str, *, minimum: float, what
     return get_float(config, name, minimum=minimum, what=what)
 
 
+def energy_threshold(config: pytest.Config, energy_policy: str) -> float | None:
+    """``--jetmem-energy-fail`` (None: unset); a usage error naming both settings where ``--jetmem-energy`` is off
+    (a threshold on energies never measured would judge nothing, silently)."""
+    threshold = get_optional_float(config, "energy_fail", minimum=0.0, what="a percentage >= 0")
+    if threshold is not None and energy_policy == "off":
+        fail_from, off_from = raw(config, "energy_fail")[1], raw(config, "energy")[1]
+        raise pytest.UsageError(
+            f"{fail_from}={threshold:g} judges the energy per call, but {off_from}=off measures none: expected "
+            "auto or on with it"
+        )
+    return threshold
+
+
 def get_int(config: pytest.Config, name: str, *, minimum: int, what: str) -> int:
     """An integer >= ``minimum``."""
     value, source = raw(config, name)

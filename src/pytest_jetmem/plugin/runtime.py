@@ -10,7 +10,6 @@ xdist puts the modes on different workers.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -49,8 +48,6 @@ if TYPE_CHECKING:  # imported where used: a run without jetmem tests imports no 
     from pytest_jetmem.measure.compare import Comparison
     from pytest_jetmem.measure.energy import Energy
     from pytest_jetmem.measure.record import (
-        BaselineComparison,
-        MeasurementRecord,
         NotCompared,
         RecordBuilder,
         RecordVerdict,
@@ -97,7 +94,7 @@ def pytest_configure(config: pytest.Config) -> None:
         ambiguous=options.get_choice(config, "ambiguous"),
         runs=options.get_int(config, "runs", minimum=1, what="an integer >= 1"),
         benchmark_json=_benchmark_json_path(config),
-        energy_fail_pct=options.get_optional_float(config, "energy_fail", minimum=0.0, what="a percentage >= 0"),
+        energy_fail_pct=options.energy_threshold(config, device.energy_policy),
         results_store=options.store_url(config),
         rootdir=config.rootpath,
     )
@@ -282,6 +279,7 @@ def _judge(item: pytest.Function, handle: Jetmem, spec: RuntimeSpec | None) -> l
 def _remember(state: GateSession, nodeid: str, m: Measurement, sm_mhz: float | None) -> None:
     """Keep measurement ``m`` of test ``nodeid`` as this session's baseline entry (saved by ``--jetmem-save``)."""
     from pytest_jetmem.measure.baseline import Entry, entry_key
+    from pytest_jetmem.measure.gate import energy_samples_mj, energy_scope
 
     runs = tuple(map(tuple, m.runs))
     state.entries[entry_key(nodeid, m.mode, m.key)] = Entry(
@@ -294,28 +292,12 @@ def _remember(state: GateSession, nodeid: str, m: Measurement, sm_mhz: float | N
         run_sessions=(state.session_id,) * len(runs),
         sm_mhz=sm_mhz,
     )
-    windows = _energy_windows_mj(m)
+    windows = energy_samples_mj(m.energy)
     if windows is not None:  # the energy per call as an entry of its own (unit mJ), as the results store keeps it
-        state.entries[entry_key(nodeid, m.mode, _energy_key(m))] = Entry(
-            nodeid, m.mode, _energy_key(m), windows, unit="mJ", sm_mhz=sm_mhz
+        scope = energy_scope(m.label)
+        state.entries[entry_key(nodeid, m.mode, scope)] = Entry(
+            nodeid, m.mode, scope, windows, unit="mJ", sm_mhz=sm_mhz
         )
-
-
-def _energy_key(m: Measurement) -> str:
-    """The key of ``m``'s energy entry: its label and the energy scope (``copy:energy``)."""
-    from pytest_jetmem.measure.record import ENERGY_SCOPE
-
-    return f"{m.label or 'measure'}:{ENERGY_SCOPE}"
-
-
-def _energy_windows_mj(m: Measurement) -> tuple[float, ...] | None:
-    """Each energy window's millijoules per call, the samples an energy comparison counts; None without an energy
-    of two windows or more, all above 0 (one window has no spread; a window <= 0 is work below the sensor's
-    noise)."""
-    energy = m.energy
-    if energy is None or len(energy.per_window) < 2 or not all(v > 0 for v in energy.per_window):
-        return None
-    return tuple(v * 1e3 for v in energy.per_window)
 
 
 def _judge_one(judging: _Judging, i: int, m: Measurement, record: RecordBuilder, *, judged: bool) -> list[str]:
@@ -399,27 +381,23 @@ def _against_baseline(
 def _energy_against_baseline(
     judging: _Judging, m: Measurement, record: RecordBuilder, *, judged: bool
 ) -> tuple[bool, str | None]:
-    """``--jetmem-compare``: the energy per call of ``m`` compared with its baseline entry's into ``record`` (where
-    both were measured); judged only under ``--jetmem-energy-fail``. Whether it was judged, and its failure."""
-    from dataclasses import replace
-
+    """``--jetmem-compare``: the energy per call of ``m`` against its baseline entry's into ``record`` (where both
+    were measured); judged only under ``--jetmem-energy-fail``. Whether it was judged, and its failure."""
     from pytest_jetmem.measure.baseline import entry_key
-    from pytest_jetmem.measure.compare import compare_sessions
-    from pytest_jetmem.measure.record import NotCompared, NotComparedWhy
+    from pytest_jetmem.measure.gate import energy_comparison, energy_scope
+    from pytest_jetmem.measure.record import NotCompared
 
     state = _gate(judging.item.config)
     if state.compare_name is None or judging.base is None or m.energy is None:
         return False, None
-    entry = judging.base.entry(entry_key(judging.item.nodeid, m.mode, _energy_key(m)))
-    windows = _energy_windows_mj(m)
-    if entry is None or windows is None:
-        why = (NotComparedWhy.NEW, "new (no energy in the baseline)") if entry is None else (
-            NotComparedWhy.NO_FIGURE, "not compared: the energy has fewer than two windows, or one <= 0 J")
-        record.energy_baseline = NotCompared(*why)
-        return False, None
+    entry = judging.base.entry(entry_key(judging.item.nodeid, m.mode, energy_scope(m.label)))
     threshold = state.energy_fail_pct if state.energy_fail_pct is not None else state.fail_pct
-    cmp = replace(compare_sessions(entry.sessions(), [windows], threshold), figure="mJ")
-    cmp = at_other_clocks(cmp, entry.sm_mhz, clock_mhz(record.conditions.clocks))
+    cmp = energy_comparison(entry, m.energy, threshold)
+    if isinstance(cmp, NotCompared):
+        record.energy_baseline = cmp
+        return False, None
+    then_mhz = entry.sm_mhz if entry is not None else None
+    cmp = at_other_clocks(cmp, then_mhz, clock_mhz(record.conditions.clocks))
     cmp = over_pcie(cmp, m.mode, judging.handle.device.integrated)
     takes_part = judged and judging.spec.baseline and state.energy_fail_pct is not None
     return takes_part, apply_comparison(judging.item, state, record, cmp, judged=takes_part, energy=True)
@@ -564,6 +542,8 @@ def errors(config: pytest.Config) -> list[str]:
 
 def _runtimes_section(tr: Any, state: GateSession, interrupted: str | None) -> None:
     """The "jetmem runtimes" section: the table, what became of ``--jetmem-save``, the Jetson's timing warnings."""
+    from pytest_jetmem.report.table import format_table
+
     tr.section("jetmem runtimes")
     for line in format_table(state.rows):
         tr.write_line(line)
@@ -605,74 +585,3 @@ def _nothing_saved_note(tr: Any, state: GateSession, interrupted: str | None) ->
             f"jetmem: --jetmem-compare={state.compare_name}: nothing was measured, so nothing was compared with it",
             yellow=True,
         )
-
-
-_TABLE_HEADER = (
-    "test",
-    "mode",
-    "what",
-    "median ms",
-    "MAD ms",
-    "n",
-    "ratio",
-    "first call ms",
-    "vs baseline",
-    "verdict",
-)
-
-
-def format_table(rows: Sequence[MeasurementRecord]) -> list[str]:
-    """One row per test, mode and measurement: median, spread, ratio, first call, baseline delta, verdict (and the
-    unified-memory counters where any were counted, the energy per call where any was measured: no column of
-    zeros where nothing was)."""
-    counted = any(r.counters is not None for r in rows)
-    energy = any(r.energy is not None for r in rows)
-    header = (*_TABLE_HEADER, *(("unified memory",) if counted else ()), *(("energy / call",) if energy else ()))
-    return _aligned(header, [_cells(r, counted=counted, energy=energy) for r in rows])
-
-
-def _cells(r: MeasurementRecord, *, counted: bool, energy: bool = False) -> tuple[str, ...]:
-    """The table's cells of record ``r``."""
-    stats, judgement = r.statistics, r.judgement
-    side = judgement.ratio
-    cells: tuple[str, ...] = (
-        r.nodeid.rsplit("::", 1)[-1],
-        r.mode,
-        r.key,
-        f"{stats.median:.4g}",
-        f"{stats.mad:.2g}",
-        str(stats.n),
-        f"{side.ratio:.2f}x {side.relative_to}" if side is not None else "",
-        f"{stats.first_call_ms:.4g}" if stats.first_call_ms is not None else "",
-        _baseline_cell(judgement.baseline)[:40],
-        judgement.verdict.value,
-    )
-    if counted:
-        cells = (*cells, r.counters.summary() if r.counters is not None else "")
-    if energy:
-        cells = (*cells, _energy_cell(r))
-    return cells
-
-
-def _energy_cell(r: MeasurementRecord) -> str:
-    """The "energy / call" cell: the energy and, where it was compared with the baseline's, that comparison."""
-    if r.energy is None:
-        return ""
-    compared = r.judgement.energy_baseline
-    return r.energy.short() + (f"; {_baseline_cell(compared)[:40]}" if compared is not None else "")
-
-
-def _baseline_cell(cmp: BaselineComparison | NotCompared | None) -> str:
-    """The "vs baseline" cell: the change and its verdict, or why nothing was compared."""
-    return cmp.text if cmp is not None else ""
-
-
-def _aligned(header: tuple[str, ...], body: list[tuple[str, ...]]) -> list[str]:
-    """``header``, a dashed line and ``body`` in left-aligned columns; the last column ragged (no padding after)."""
-    widths = [max(len(h), *(len(b[i]) for b in body)) for i, h in enumerate(header)]
-    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
-    lines = [fmt.format(*header), fmt.format(*("-" * w for w in widths)), *(fmt.format(*b) for b in body)]
-    return [line.rstrip() for line in lines]
-
-
-__all__ = ["format_table"]
