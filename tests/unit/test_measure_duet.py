@@ -82,3 +82,31 @@ def test_a_silent_peer_is_an_error_that_names_the_other_side(tmp_path: Path) -> 
 def test_side_must_be_base_or_change(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"side must be 0 .base. or 1 .change., got 2"):
         Duet(make_channel(tmp_path), 2)
+
+
+def agreeing(answers: dict[int, bool], log: list[tuple[Any, ...]]) -> Callable[[Duet], Any]:
+    """A side whose one measure call per test takes its turns, then says ``answers[seq]`` on going on to energy
+    turns; where both agree, a second round of turns (the energy windows), then the next test pairs again."""
+
+    def body(duet: Duet) -> list[tuple[int, Any, Any]]:
+        out = []
+        for seq, answer in answers.items():
+            duet.begin_test(seq)
+            first = one_call(duet, seq, "a", 2, log)
+            agreed = duet.agree("energy", answer) if first != "alone" else None
+            energy = duet.take_turns(lambda: None, lambda: True) if agreed else None
+            out.append((seq, agreed, energy))
+            duet.end_test()
+        return out
+
+    return body
+
+
+def test_both_sides_go_on_to_energy_turns_only_where_both_say_yes_and_the_next_call_still_pairs(
+    tmp_path: Path,
+) -> None:
+    channel = make_channel(tmp_path)
+    log: list[tuple[Any, ...]] = []
+    base, change = run_pair(channel, agreeing({1: True, 2: True, 3: True}, log),
+                            agreeing({1: True, 2: False, 3: True}, log))
+    assert base == change == [(1, True, 1), (2, False, None), (3, True, 1)]  # one energy round where both agreed

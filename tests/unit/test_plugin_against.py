@@ -205,3 +205,73 @@ def test_zero_copy_over_pcie_is_ambiguous_in_one_pair(project: pytest.Pytester, 
         result.stdout.fnmatch_lines(["*zero-copy memory over PCIe: where each process's pinned host memory lands*"])
     else:
         result.assert_outcomes(failed=2)
+
+
+# -- the energy per call in turns ----------------------------------------------------------------------------------
+ENERGY_CONFTEST = f"""
+import sys
+from pathlib import Path
+
+sys.path.insert(0, {str(TESTS_DIR)!r})
+from fakes.fake_driver import FakeDriver, FakeEnergyCounter
+from pytest_jetmem.cuda import driver
+from pytest_jetmem.measure import energy
+
+_RULE = energy.EnergyRule(min_window_s=0.05, periods_per_window=1.0, max_time_s=1.5)  # short windows: a CPU test
+energy.EnergyRule = lambda: _RULE
+watts = float(Path(__file__).with_name("watts.txt").read_text())
+counter = FakeEnergyCounter(idle_w=1.0, noise=0.0, step_s=(0.002, 0.004))
+driver.install(FakeDriver("dgpu", kernel_ms=1.0, nvml_energy=counter, launch_w=watts))
+"""
+
+ENERGY_TESTS = """
+import pytest
+
+SRC = 'extern "C" __global__ void scale(float* x, int n) { int i = threadIdx.x; if (i < n) x[i] *= 2; }'
+
+
+@pytest.mark.memmode("device")
+@pytest.mark.memmode_runtime
+def test_gated(jetmem):
+    x = jetmem.zeros(256)
+    k = jetmem.compile(SRC, "scale")
+    jetmem.measure(lambda: k.launch(1, 256, (x, 256)), label="scale")
+"""
+
+
+def test_the_energy_is_measured_in_turns_and_judged_against_the_base_where_asked(
+    pytester: pytest.Pytester, tmp_path: Path
+) -> None:
+    """Both sides measure their energy windows in turns (each turn an idle, a work and an idle window of its own):
+    the same code is ``unchanged`` in energy; a change drawing twice the power per launch at the same time is an
+    energy regression, reported beside the time's verdict, and fails the test under ``--jetmem-energy-fail``."""
+    import json
+
+    pytester.makeconftest(ENERGY_CONFTEST)
+    pytester.makepyfile(test_k=ENERGY_TESTS)
+    (pytester.path / "watts.txt").write_text("0.2\n")
+    git(pytester.path, "init", "-q")
+    git(pytester.path, "add", "-A")
+    git(pytester.path, "commit", "-qm", "base")
+
+    def run(*args: str) -> tuple[pytest.RunResult, dict]:
+        report = tmp_path / f"report{len(list(tmp_path.iterdir()))}.html"
+        result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--jetmem-against=HEAD", "-rA",
+                                               f"--jetmem-report={report}", *args)
+        (row,) = json.loads(report.with_suffix(".json").read_text())["rows"]
+        return result, row
+
+    same, row = run("--jetmem-energy-fail=20")
+    assert same.ret == 0, same.stdout.str()
+    assert row["energy_baseline"] == "unchanged" and row["energy_baseline_unit"] == "rounds", row
+    assert row["energy"]["windows"] >= 2 and row["energy"]["stop_reason"] in ("interval", "time")
+
+    (pytester.path / "watts.txt").write_text("0.4\n")  # uncommitted: the change draws twice the power a launch
+    reported, row = run()
+    assert reported.ret == 0, reported.stdout.str()
+    assert row["energy_baseline"] == "regression" and row["verdict"] == "ok", row
+    judged, row = run("--jetmem-energy-fail=20")
+    assert judged.ret == 1, judged.stdout.str()
+    assert row["verdict"] == "FAIL energy regression" and row["baseline"] == "unchanged", row
+    judged.stdout.fnmatch_lines(["*device scale:kernel energy per call: median * mJ vs baseline * mJ: +* over * "
+                                 "interleaved rounds > 20% threshold: REGRESSION*"])

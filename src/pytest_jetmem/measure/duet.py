@@ -120,8 +120,8 @@ class Duet:
                     continue  # an earlier test's
                 self._pending.insert(0, message)  # the peer is done with this test: keep it for the next meet
                 return False
-            if kind == "TURN":
-                continue  # a turn of a call this side left (it raised while the peer took its turn)
+            if kind in ("TURN", "AGREE"):
+                continue  # a turn or an answer of a call this side left (it raised while the peer went on)
             if kind != "HELLO":
                 raise DuetError(f"--jetmem-against: expected a greeting, got {message!r}")
             seq, index, peer_label = rest.split(" ", 2) if rest.count(" ") >= 2 else (*rest.split(" "), "")
@@ -132,6 +132,26 @@ class Duet:
                 self._pending.insert(0, message)  # the peer has no such call: it comes back at our next meet
                 return False
             return theirs.label == mine.label
+
+    def agree(self, topic: str, mine: bool) -> bool:
+        """After a call's turns: both sides say whether they go on to ``topic`` (the energy windows) in turns; True
+        where both do. The other side ending its test instead counts as no (and sets :attr:`peer_left`)."""
+        if self.peer_left:
+            return False
+        self._send(f"AGREE {topic} {int(mine)}")
+        while True:
+            message = self._receive()
+            kind, _, rest = message.partition(" ")
+            if kind == "AGREE":
+                their_topic, _, flag = rest.rpartition(" ")
+                return mine and their_topic == topic and flag == "1"
+            if kind == "END" and rest.isdigit():
+                if int(rest) < self.seq:
+                    continue  # an earlier test's
+                self._pending.insert(0, message)  # later meets of this test measure alone at once
+                self.peer_left = True
+                return False
+            raise DuetError(f"--jetmem-against: expected the other side's answer on {topic}, got {message!r}")
 
     # -- turns --------------------------------------------------------------------------------------
     def _pass(self, done: bool) -> None:

@@ -48,6 +48,7 @@ __all__ = [
     "EnergyRule",
     "EnergySetup",
     "EnergyUnavailable",
+    "EnergyWindows",
     "Window",
     "find_power",
     "measure_energy",
@@ -328,6 +329,80 @@ class _PowerClock:
 
 
 # -- measuring ---------------------------------------------------------------------------------------------------
+class EnergyWindows:
+    """The windows of one energy measurement, a step at a time: :func:`measure_energy`'s loop, and the turns of
+    ``--jetmem-against``'s two processes (each its own windows, the other's turn outside them).
+
+    Made with the works' first time guesses (each calibrated here, :func:`_calibrated`); :meth:`idle` adds an idle
+    window, :meth:`work` one of work ``i``, :meth:`restart` starts the next window afresh (what ran since the last
+    window ends is in none: the other process's turn); :meth:`stop_reason` says whether to stop ("interval", "time")
+    or not (""); :meth:`energies` gives each work's :class:`Energy`; :meth:`close` ends the power thread.
+    """
+
+    def __init__(
+        self,
+        source: PowerSource,
+        works: Sequence[Work],
+        seconds_per_call: Sequence[float],
+        rule: EnergyRule | None = None,
+        *,
+        sleep: Callable[[float], None] = time.sleep,
+        now: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if len(works) != len(seconds_per_call) or not works:
+            raise ValueError(f"measure_energy: {len(works)} works and {len(seconds_per_call)} times per call")
+        self.source, self.works, self.rule = source, list(works), rule or EnergyRule()
+        self.sleep, self.now = sleep, now
+        self.window_s = self.rule.window_s(source.update_period_s)
+        # the cap leaves room for two windows of every work (their interval): a slow sensor costs more, never less
+        self.cap_s = max(self.rule.max_time_s, (2 + 2 * len(works)) * self.window_s * 1.2)
+        self.per_call_s = [_calibrated(w, max(t, 1e-7), now) for w, t in zip(works, seconds_per_call, strict=True)]
+        self.clock: _CounterClock | _PowerClock = (
+            _CounterClock(source, sleep) if source.kind == "energy" else _PowerClock(source)
+        )
+        self.windows: list[Window] = []
+        self.start = now()
+        self._edge: tuple[float, float] | None = None
+
+    def restart(self) -> None:
+        """The next window starts at the sensor's next edge from now (nothing since the last window is counted)."""
+        self._edge = self.clock.mark()
+
+    def idle(self) -> None:
+        """An idle window (the GPU doing nothing for a window's length)."""
+        self._add(None, 0, lambda: self.sleep(self.window_s))
+
+    def work(self, i: int) -> None:
+        """A window of work ``i``'s calls back to back (as many as a window's length takes, at its last pace)."""
+        calls = max(1, math.ceil(self.window_s / self.per_call_s[i]))
+        took: list[float] = []
+        self._add(i, calls, functools.partial(_timed_run, self.works[i], calls, took, self.now, self.clock), took)
+        self.per_call_s[i] = max(took[0] / calls, 1e-7)
+
+    def _add(self, work: int | None, calls: int, run: Callable[[], None], busy: list[float] | None = None) -> None:
+        if self._edge is None:
+            self.restart()
+        assert self._edge is not None
+        self._edge = _window(self.clock, self.windows, work, calls, run, *self._edge, busy)
+
+    def stop_reason(self) -> str:
+        """"interval" where every work's interval is narrow (after the rule's least windows), "time" past the cap
+        (with two windows of each; three caps in any case), else ""."""
+        estimates = [per_call(self.windows, i, self.rule.confidence) for i in range(len(self.works))]
+        n = min(est[3] for est in estimates)
+        if n >= self.rule.min_windows and all(_narrow(est, self.rule.target_rel) for est in estimates):
+            return "interval"
+        spent = self.now() - self.start
+        return "time" if (spent >= self.cap_s and n >= 2) or spent >= 3 * self.cap_s else ""
+
+    def energies(self, reason: str) -> list[Energy]:
+        """Each work's energy per call, stopped for ``reason``."""
+        return [_energy(self.windows, i, self.source, reason, self.rule.confidence) for i in range(len(self.works))]
+
+    def close(self) -> None:
+        self.clock.close()
+
+
 def measure_energy(
     source: PowerSource,
     works: Sequence[Work],
@@ -343,45 +418,22 @@ def measure_energy(
     take. ``sleep`` and ``now`` are the clock (``time.sleep``, ``time.monotonic``; tests step their own).
     :class:`~pytest_jetmem.machine.power.PowerReadError` passes through where the source cannot be read.
     """
-    rule = rule or EnergyRule()
-    if len(works) != len(seconds_per_call) or not works:
-        raise ValueError(f"measure_energy: {len(works)} works and {len(seconds_per_call)} times per call")
-    window_s = rule.window_s(source.update_period_s)
-    # the cap leaves room for two windows of every work (their interval): a slow sensor costs more, never less
-    cap_s = max(rule.max_time_s, (2 + 2 * len(works)) * window_s * 1.2)
-    per_call_s = [_calibrated(work, max(s, 1e-7), now) for work, s in zip(works, seconds_per_call, strict=True)]
-    clock: _CounterClock | _PowerClock = (
-        _CounterClock(source, sleep) if source.kind == "energy" else _PowerClock(source)
-    )
-    windows: list[Window] = []
-    start = now()
-    reason = "time"
+    run = EnergyWindows(source, works, seconds_per_call, rule, sleep=sleep, now=now)
     try:
-        t, e = clock.mark()
-        t, e = _window(clock, windows, None, 0, lambda: sleep(window_s), t, e)
-        cycle = 0
-        while True:
+        run.idle()
+        cycle, reason = 0, ""
+        while not reason:
             order = list(range(len(works)))
             if cycle % 2:
                 order.reverse()  # A B, then B A: idle drift falls on each work from both sides alike
             for i in order:
-                calls = max(1, math.ceil(window_s / per_call_s[i]))
-                took: list[float] = []
-                run = functools.partial(_timed_run, works[i], calls, took, now, clock)
-                t, e = _window(clock, windows, i, calls, run, t, e, took)
-                per_call_s[i] = max(took[0] / calls, 1e-7)
-            t, e = _window(clock, windows, None, 0, lambda: sleep(window_s), t, e)
+                run.work(i)
+            run.idle()
             cycle += 1
-            estimates = [per_call(windows, i, rule.confidence) for i in range(len(works))]
-            n = min(est[3] for est in estimates)
-            if n >= rule.min_windows and all(_narrow(est, rule.target_rel) for est in estimates):
-                reason = "interval"
-                break
-            if (now() - start >= cap_s and n >= 2) or now() - start >= 3 * cap_s:
-                break
+            reason = run.stop_reason()
     finally:
-        clock.close()
-    return [_energy(windows, i, source, reason, rule.confidence) for i in range(len(works))]
+        run.close()
+    return run.energies(reason)
 
 
 def _calibrated(work: Work, guess_s: float, now: Callable[[], float]) -> float:

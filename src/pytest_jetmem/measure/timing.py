@@ -34,7 +34,7 @@ import numpy as np
 from pytest_jetmem.errors import PowerReadError
 from pytest_jetmem.machine.jetson import gpu_clock_state, sysroot
 from pytest_jetmem.measure.counters import CounterSample, UnifiedMemoryCounters
-from pytest_jetmem.measure.energy import Energy, EnergySetup, measure_energy
+from pytest_jetmem.measure.energy import Energy, EnergySetup, EnergyWindows, measure_energy
 from pytest_jetmem.measure.stats import StoppingRule, Summary, summarize
 
 if TYPE_CHECKING:
@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from pytest_jetmem.cuda.device import Device
     from pytest_jetmem.cuda.driver import ClockState
     from pytest_jetmem.cuda.workspace import Workspace
+    from pytest_jetmem.machine.power import PowerSource
     from pytest_jetmem.measure.duet import Duet
 
 try:
@@ -256,7 +257,8 @@ def measure(
     """Time ``fn`` (work queued on the workspace's stream) in ``ws``'s mode; see the module docstring.
 
     With ``duet`` (``--jetmem-against``), the call meets the other side and the two take turns, a batch each
-    (:mod:`pytest_jetmem.measure.duet`); no counters and no energy are taken then. With ``energy`` (and a source),
+    (:mod:`pytest_jetmem.measure.duet`), then energy windows in turns where both sides measure energy
+    (:func:`_energy_in_turns`); no counters are taken then. With ``energy`` (and a source),
     a ``kernel``-scope measurement's energy per call is measured after the samples, under the same lock
     (:func:`energy_of`; not for ``flush_l2``: its windows would run on a warm cache). Returns the
     measurement; the caller records it.
@@ -271,13 +273,15 @@ def measure(
     try:
         device = ws.session.device
         warm: list[ClockState | None] = [None]  # the clocks right after the warm-up (an idle GPU clocks down)
+        # energy where it means the GPU's work: a kernel-scope call on a warm cache (not flush_l2's)
+        source = energy.usable(ws.nodeid) if energy is not None and scope == "kernel" and not flush_l2 else None
         if duet is not None and duet.meet(label):
             first, first_wall, samples, reason, span, rounds = _in_turns(ws, sampler, rule, warmup, duet, warm)
             after = clock_state(device)
+            if rounds and energy is not None:  # in turns to the end: the energy in turns too, where both measure it
+                joules = _energy_in_turns(ws, sampler, samples, duet, energy, source)
         else:
             collector = _collector(ws)
-            # energy where it means the GPU's work: a kernel-scope call on a warm cache (not flush_l2's)
-            source = energy.usable(ws.nodeid) if energy is not None and scope == "kernel" and not flush_l2 else None
             with gpu_lock(ws.device.ordinal):
                 t_start = time.time()
                 first, first_wall = sampler.first()  # never counted: it is timed as without counters
@@ -343,6 +347,57 @@ def energy_of(ws: Workspace, sampler: Sampler, samples_ms: Sequence[float], setu
         warnings.warn(f"{ws.nodeid}: energy not measured: {exc}", stacklevel=3)
         return None
     return joules
+
+
+def _energy_in_turns(
+    ws: Workspace, sampler: Sampler, samples_ms: Sequence[float], duet: Duet, setup: EnergySetup,
+    source: PowerSource | None,
+) -> Energy | None:
+    """The energy per call in turns with the other side (``--jetmem-against``): where both sides measure it (a power
+    source, a kernel-scope call on a warm cache: :meth:`Duet.agree`), each turn is a fresh edge, an idle window, a
+    window of this side's calls and an idle window (:class:`EnergyWindows`), so neither side's windows hold the
+    other's work and round r of both ran back to back; until both sides' intervals are narrow or capped. A source
+    that stops reading: as :func:`energy_of` says, once the turns are over (the other side is never left waiting)."""
+    if not duet.agree("energy", source is not None) or source is None:
+        return None
+    state: dict[str, Any] = {}
+
+    def start() -> None:
+        with gpu_lock(ws.device.ordinal):
+            try:
+                state["windows"] = EnergyWindows(
+                    source, [kernel_run(ws, sampler.fn)], [float(np.median(samples_ms)) / 1e3], setup.rule
+                )
+            except PowerReadError as exc:
+                state["error"] = exc
+
+    def turn() -> bool:
+        windows: EnergyWindows | None = state.get("windows")
+        if windows is None or "error" in state:
+            return True
+        with gpu_lock(ws.device.ordinal):
+            try:
+                windows.restart()
+                windows.idle()
+                windows.work(0)
+                windows.idle()
+            except PowerReadError as exc:
+                state["error"] = exc
+                return True
+        return bool(windows.stop_reason())
+
+    try:
+        duet.take_turns(start, turn)
+    finally:
+        if "windows" in state:
+            state["windows"].close()
+    if "error" in state:
+        if setup.required:
+            raise state["error"]
+        warnings.warn(f"{ws.nodeid}: energy not measured: {state['error']}", stacklevel=3)
+        return None
+    windows: EnergyWindows = state["windows"]
+    return windows.energies(windows.stop_reason() or "time")[0]
 
 
 def _collector(ws: Workspace) -> CounterCollector | None:

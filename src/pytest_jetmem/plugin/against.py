@@ -436,7 +436,39 @@ class _Judging:
         if other.conditions.throttled and not record.conditions.throttled:
             # either side throttled: the pair is not comparable
             record.conditions = replace(record.conditions, throttled=other.conditions.throttled)
-        return apply_comparison(self.item, gate, record, cmp, judged=self.judged) if gate is not None else None
+        failure = apply_comparison(self.item, gate, record, cmp, judged=self.judged) if gate is not None else None
+        energy_failure = self._compare_energy(record, other)
+        return "\n".join(f for f in (failure, energy_failure) if f) or None
+
+    def _compare_energy(self, record: RecordBuilder, other: MeasurementRecord) -> str | None:
+        """The change's energy per call against the base's, their windows paired by turn (both measured in turns:
+        :func:`~pytest_jetmem.measure.timing.measure`) into ``record``; judged under ``--jetmem-energy-fail``."""
+        from pytest_jetmem.measure.compare import compare_paired
+        from pytest_jetmem.measure.defaults import DEFAULT_FAIL_PCT
+        from pytest_jetmem.measure.gate import energy_samples_mj
+        from pytest_jetmem.measure.record import BaselineComparison, NotCompared, NotComparedWhy
+
+        if record.energy is None and other.energy is None:
+            return None
+        mine, theirs = energy_samples_mj(record.energy), energy_samples_mj(other.energy)
+        if mine is None or theirs is None or len(mine) != len(theirs):
+            record.energy_baseline = NotCompared(
+                NotComparedWhy.NOT_IN_TURNS, "the energy was not measured in turns on both sides: not compared"
+            )
+            return None
+        gate = self.gate
+        threshold = DEFAULT_FAIL_PCT if gate is None else gate.fail_pct
+        if gate is not None and gate.energy_fail_pct is not None:
+            threshold = gate.energy_fail_pct
+        rounds = (tuple((v,) for v in theirs),), (tuple((v,) for v in mine),)
+        cmp = replace(compare_paired(*rounds, threshold), figure="mJ")
+        cmp = at_other_clocks(cmp, clock_mhz(other.conditions.clocks), clock_mhz(record.conditions.clocks), "the base")
+        cmp = over_pcie(cmp, record.identity.mode, self.change.integrated)
+        if gate is None:
+            record.energy_baseline = BaselineComparison.of(cmp)
+            return None
+        judged = self.judged and gate.energy_fail_pct is not None
+        return apply_comparison(self.item, gate, record, cmp, judged=judged, energy=True)
 
 
 def _records(result: SideResult | None) -> list[MeasurementRecord]:
