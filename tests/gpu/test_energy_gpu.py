@@ -178,3 +178,67 @@ def test_energy_against_a_stored_baseline_passes_unchanged_code_and_fails_a_larg
     assert row["verdict"] == "FAIL energy regression" and row["energy_baseline"] == "regression", row
     assert 30 < row["energy_baseline_change_pct"] < 75, row
     more.stdout.fnmatch_lines(["*device copy:kernel energy per call: median * mJ vs baseline * mJ: +*REGRESSION*"])
+
+
+AGAINST = f"""
+from pathlib import Path
+
+import numpy as np
+import pytest
+from pytest_jetmem import kernels
+
+N = {N} + {N} * int(Path(__file__).with_name("extra.txt").read_text()) // 100
+
+
+@pytest.mark.memmode("device")
+@pytest.mark.memmode_runtime
+def test_copy_against(jetmem):
+    a = jetmem.empty(N)
+    b = jetmem.empty(N)
+    a.write_host(np.ones(N, np.float32))
+    jetmem.measure(lambda: kernels.stream(jetmem, "copy", a, b), label="copy")
+"""
+
+
+def test_energy_in_turns_against_the_base_passes_the_same_code_and_fails_a_larger_copy(pytester, tmp_path):
+    """``--jetmem-against=HEAD``: both sides' energy windows in turns on the real NVML counter; the same code is
+    ``unchanged`` in energy, a working tree copying 50% more fails as ``FAIL energy regression`` (the time's
+    threshold out of reach), judged on the paired turns."""
+    import shutil
+    import subprocess
+
+    from pytest_jetmem.cuda.device import open_device
+    from pytest_jetmem.machine.jetson import sysroot
+    from pytest_jetmem.measure.energy import find_power
+
+    avail = open_device()
+    if not avail.ok:
+        pytest.skip(avail.reason)
+    setup = find_power(avail.device, "auto", str(sysroot()))
+    if setup is None or setup.source is None:
+        pytest.skip(f"no power source here: {setup.reason if setup else 'off'}")
+    if shutil.which("git") is None:
+        pytest.skip("--jetmem-against=HEAD needs git")
+    pytester.makepyfile(test_against=AGAINST)
+    (pytester.path / "extra.txt").write_text("0\n")
+    for args in (("init", "-q"), ("add", "-A"), ("commit", "-qm", "base")):
+        subprocess.run(["git", "-c", "user.email=t@jetmem", "-c", "user.name=t", *args], cwd=pytester.path,
+                       check=True)
+
+    def against(report: str) -> tuple[pytest.RunResult, dict]:
+        path = tmp_path / report
+        result = pytester.runpytest_subprocess("-rA", "--jetmem-against=HEAD", "--jetmem-energy=on",
+                                               "--jetmem-energy-fail=10", "--jetmem-fail=1000",
+                                               f"--jetmem-report={path}")
+        print(result.stdout.str())
+        (row,) = json.loads(path.with_suffix(".json").read_text())["rows"]
+        return result, row
+
+    same, row = against("same.html")
+    assert same.ret == 0, same.stdout.str()
+    assert row["energy_baseline"] == "unchanged" and row["energy_baseline_unit"] == "rounds", row
+    (pytester.path / "extra.txt").write_text("50\n")  # uncommitted: the change copies 50% more
+    more, row = against("more.html")
+    assert more.ret == 1, more.stdout.str()
+    assert row["verdict"] == "FAIL energy regression" and row["energy_baseline"] == "regression", row
+    assert 30 < row["energy_baseline_change_pct"] < 75, row

@@ -220,7 +220,7 @@ from pytest_jetmem.measure import energy
 _RULE = energy.EnergyRule(min_window_s=0.05, periods_per_window=1.0, max_time_s=1.5)  # short windows: a CPU test
 energy.EnergyRule = lambda: _RULE
 watts = float(Path(__file__).with_name("watts.txt").read_text())
-counter = FakeEnergyCounter(idle_w=1.0, noise=0.0, step_s=(0.002, 0.004))
+counter = FakeEnergyCounter(idle_w=0.05, noise=0.0, step_s=(0.002, 0.004))
 driver.install(FakeDriver("dgpu", kernel_ms=1.0, nvml_energy=counter, launch_w=watts))
 """
 

@@ -292,7 +292,7 @@ def test_energy_is_saved_with_the_baseline_and_judged_against_it_only_where_aske
     session compares its energy with it: reported beside the energy without ``--jetmem-energy-fail``, failing the
     test as ``FAIL energy regression`` with it, where the energy per call doubled at the same time."""
     def install(seed: int, launch_w: float) -> None:
-        counter = FakeEnergyCounter(idle_w=1.0, noise=0.0, step_s=(0.002, 0.004))
+        counter = FakeEnergyCounter(idle_w=0.05, noise=0.0, step_s=(0.002, 0.004))  # idle below the work
         install_fake_driver("h100", kernel_ms=jittered(1.0, seed=seed), nvml_energy=counter, launch_w=launch_w)
 
     install(1, 0.2)
@@ -341,7 +341,7 @@ def test_an_ambiguous_energy_call_never_hides_the_times_failure(
     """A baseline of three timing sessions and one with energy: 30% slower and 30% more energy a call is the time's
     ``FAIL regression``; the energy's call, ambiguous on one session, warns but does not take the failure's place."""
     def install(ms: float, launch_w: float, seed: int) -> None:
-        counter = FakeEnergyCounter(idle_w=1.0, noise=0.0, step_s=(0.002, 0.004))
+        counter = FakeEnergyCounter(idle_w=0.05, noise=0.0, step_s=(0.002, 0.004))  # idle below the work
         install_fake_driver("h100", kernel_ms=jittered(ms, seed=seed), nvml_energy=counter, launch_w=launch_w)
 
     install(1.0, 0.2, 1)
@@ -363,7 +363,7 @@ def test_the_store_as_the_baseline_compares_energy_in_millijoules(
     import subprocess
 
     def install(launch_w: float, seed: int) -> None:
-        counter = FakeEnergyCounter(idle_w=1.0, noise=0.0, step_s=(0.002, 0.004))
+        counter = FakeEnergyCounter(idle_w=0.05, noise=0.0, step_s=(0.002, 0.004))  # idle below the work
         install_fake_driver("h100", kernel_ms=jittered(1.0, seed=seed), nvml_energy=counter, launch_w=launch_w)
 
     install(0.2, 1)
