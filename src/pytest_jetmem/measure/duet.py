@@ -5,7 +5,8 @@ both at once; when the test body calls ``jetmem.measure``, the two sides meet (:
 test's dispatch number and the call's index and label) and then take turns: first call and warm-up of the
 base, of the change, then a batch of the base, a batch of the change, ... until both sides' stopping rules are
 satisfied in the same round. Round ``r`` of the two sides ran back to back, so drift (clocks, temperature,
-other tenants) hits both alike and their ratio holds.
+other tenants) hits both alike and their ratio holds. After its rounds a call may go on to more turns (the energy
+windows) where both sides say so (:meth:`Duet.agree`).
 
 The channel is two named pipes in a folder the parent made: ``side0.fifo`` (the base's inbox) and
 ``side1.fifo`` (the change's). A call one side makes and the other does not (a test changed) is measured alone
