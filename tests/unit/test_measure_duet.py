@@ -84,16 +84,17 @@ def test_side_must_be_base_or_change(tmp_path: Path) -> None:
         Duet(make_channel(tmp_path), 2)
 
 
-def agreeing(answers: dict[int, bool], log: list[tuple[Any, ...]]) -> Callable[[Duet], Any]:
+def agreeing(answers: dict[int, bool | None], log: list[tuple[Any, ...]]) -> Callable[[Duet], Any]:
     """A side whose one measure call per test takes its turns, then says ``answers[seq]`` on going on to energy
-    turns; where both agree, a second round of turns (the energy windows), then the next test pairs again."""
+    turns (None: it does not ask, as a pytest-jetmem before energy in turns); where both agree, a second round of
+    turns (the energy windows), then the next test pairs again."""
 
     def body(duet: Duet) -> list[tuple[int, Any, Any]]:
         out = []
         for seq, answer in answers.items():
             duet.begin_test(seq)
             first = one_call(duet, seq, "a", 2, log)
-            agreed = duet.agree("energy", answer) if first != "alone" else None
+            agreed = duet.agree("energy", answer) if first != "alone" and answer is not None else None
             energy = duet.take_turns(lambda: None, lambda: True) if agreed else None
             out.append((seq, agreed, energy))
             duet.end_test()
@@ -110,3 +111,12 @@ def test_both_sides_go_on_to_energy_turns_only_where_both_say_yes_and_the_next_c
     base, change = run_pair(channel, agreeing({1: True, 2: True, 3: True}, log),
                             agreeing({1: True, 2: False, 3: True}, log))
     assert base == change == [(1, True, 1), (2, False, None), (3, True, 1)]  # one energy round where both agreed
+
+
+def test_a_side_that_never_asks_leaves_the_other_measuring_alone_and_the_next_call_pairs(tmp_path: Path) -> None:
+    channel = make_channel(tmp_path)
+    log: list[tuple[Any, ...]] = []
+    base, change = run_pair(channel, agreeing({1: True, 2: True}, log), agreeing({1: None, 2: None}, log))
+    assert base == [(1, False, None), (2, False, None)] and change == [(1, None, None), (2, None, None)]
+    assert [entry[1:] for entry in log if entry[0] == CHANGE] == [(1, "a", "setup"), (1, "a", 1), (1, "a", 2),
+                                                                  (2, "a", "setup"), (2, "a", 1), (2, "a", 2)]

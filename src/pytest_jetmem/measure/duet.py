@@ -146,6 +146,9 @@ class Duet:
             if kind == "AGREE":
                 their_topic, _, flag = rest.rpartition(" ")
                 return mine and their_topic == topic and flag == "1"
+            if kind == "HELLO":  # the peer asked nothing and went on to its next call: that meet comes next
+                self._pending.insert(0, message)
+                return False
             if kind == "END" and rest.isdigit():
                 if int(rest) < self.seq:
                     continue  # an earlier test's

@@ -451,9 +451,14 @@ class _Judging:
         if record.energy is None and other.energy is None:
             return None
         mine, theirs = energy_samples_mj(record.energy), energy_samples_mj(other.energy)
-        if mine is None or theirs is None or len(mine) != len(theirs):
+        if record.energy is None or other.energy is None or (mine and theirs and len(mine) != len(theirs)):
             record.energy_baseline = NotCompared(
                 NotComparedWhy.NOT_IN_TURNS, "the energy was not measured in turns on both sides: not compared"
+            )
+            return None
+        if mine is None or theirs is None:
+            record.energy_baseline = NotCompared(
+                NotComparedWhy.NO_FIGURE, "not compared: an energy has fewer than two windows, or one <= 0 J"
             )
             return None
         gate = self.gate
