@@ -278,7 +278,7 @@ def measure(
         if duet is not None and duet.meet(label):
             first, first_wall, samples, reason, span, rounds = _in_turns(ws, sampler, rule, warmup, duet, warm)
             after = clock_state(device)
-            if rounds:  # in turns to the end: the energy in turns too, where both sides measure it
+            if rounds and energy is not None and source is not None:  # in turns to the end: the energy too
                 joules = _energy_in_turns(ws, sampler, samples, duet, energy, source)
         else:
             collector = _collector(ws)
@@ -350,16 +350,16 @@ def energy_of(ws: Workspace, sampler: Sampler, samples_ms: Sequence[float], setu
 
 
 def _energy_in_turns(
-    ws: Workspace, sampler: Sampler, samples_ms: Sequence[float], duet: Duet, setup: EnergySetup | None,
-    source: PowerSource | None,
+    ws: Workspace, sampler: Sampler, samples_ms: Sequence[float], duet: Duet, setup: EnergySetup, source: PowerSource
 ) -> Energy | None:
     """The energy per call in turns with the other side (``--jetmem-against``): where both sides measure it (a power
     source, a kernel-scope call on a warm cache: :meth:`Duet.agree`), each turn is a fresh edge, an idle window, a
     window of this side's calls and an idle window (:class:`EnergyWindows`), so neither side's windows hold the
     other's work and round r of both ran back to back; until both sides' intervals are narrow or capped. A source
     that stops reading: as :func:`energy_of` says, once the turns are over (the other side is never left waiting).
-    Every call in turns asks, measuring or not (a rerun measures none), so both sides always answer each other."""
-    if not duet.agree("energy", setup is not None and source is not None) or setup is None or source is None:
+    Only a side that measures energy asks: one that does not (no source, a rerun, energy off, a pytest-jetmem
+    before energy in turns) goes on to its next call, and the asking side, meeting that call, measures none."""
+    if not duet.agree("energy", True):
         return None
     state: dict[str, Any] = {}
 
