@@ -21,6 +21,7 @@ import contextlib
 import importlib
 import importlib.util
 import os
+import shutil
 import sys
 import tempfile
 import warnings
@@ -110,6 +111,7 @@ def pytester(
     inline_run = pytester.inline_run
 
     def run(*args: Any, **kwargs: Any) -> Any:
+        _fresh_bytecode(pytester.path)
         with warnings.catch_warnings():
             kept = [f for f in warnings.filters if f[0] != "error"]
             warnings.resetwarnings()
@@ -119,9 +121,27 @@ def pytester(
             return inline_run(*args, **kwargs)
 
     monkeypatch.setattr(pytester, "inline_run", run)
+    subprocess_run = pytester.runpytest_subprocess
+
+    def fresh_subprocess_run(*args: Any, **kwargs: Any) -> Any:
+        _fresh_bytecode(pytester.path)
+        return subprocess_run(*args, **kwargs)
+
+    monkeypatch.setattr(pytester, "runpytest_subprocess", fresh_subprocess_run)
     if request.node.get_closest_marker("every_plugin") is None:
         monkeypatch.setattr(pytester, "runpytest_subprocess", _lean(pytester.runpytest_subprocess, monkeypatch))
     return pytester
+
+
+def _fresh_bytecode(path: Path) -> None:
+    """Drop the bytecode of the files under ``path`` (a pytester folder) before a run in it. A test that writes a
+    file again within one second at the same size (hypothesis's next example: ``'a'`` for ``'b'``) would otherwise
+    import the old file's bytecode, which Python and pytest's assertion rewriter check by mtime in whole seconds and
+    size only; the run's own children write theirs under ``PYTHONPYCACHEPREFIX`` (:func:`_bytecode_for_children`)."""
+    for prefix in {os.environ.get("PYTHONPYCACHEPREFIX"), sys.pycache_prefix} - {None, ""}:
+        shutil.rmtree(Path(str(prefix)) / path.relative_to(path.anchor), ignore_errors=True)
+    for cache in path.rglob("__pycache__"):
+        shutil.rmtree(cache, ignore_errors=True)
 
 
 def _lean(runpytest_subprocess: Callable[..., Any], monkeypatch: pytest.MonkeyPatch) -> Callable[..., Any]:

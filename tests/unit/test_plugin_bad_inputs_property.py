@@ -176,3 +176,19 @@ def test_a_bad_marker_argument_is_a_collection_error_naming_test_and_value(
     ]
     assert len(errors) == 1, text  # printed once
     assert repr(value) in errors[0] and argument in errors[0], text
+
+
+def test_a_file_written_again_within_a_second_at_the_same_size_is_run_anew(pytester: pytest.Pytester) -> None:
+    """The next example's file (``'a'`` for ``'b'``, the same size, the same second) runs as written, in process and
+    in a child: the root conftest drops the folder's bytecode before each run (hypothesis once ran the old one)."""
+    import os
+
+    outcomes = []
+    for run in (pytester.runpytest_inprocess, pytester.runpytest_subprocess):
+        stamp = None
+        for value in ("b", "a"):
+            path = pytester.makepyfile(test_m=f"def test_v():\n    assert {value!r} == 'a'\n")
+            stamp = stamp or path.stat().st_mtime_ns
+            os.utime(path, ns=(stamp, stamp))  # the same second, as a fast next example writes it
+            outcomes.append(run("-p", "no:cacheprovider").ret)
+    assert outcomes == [pytest.ExitCode.TESTS_FAILED, pytest.ExitCode.OK] * 2
