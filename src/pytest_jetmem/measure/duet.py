@@ -150,12 +150,20 @@ class Duet:
                 self._pending.insert(0, message)
                 return False
             if kind == "END" and rest.isdigit():
-                if int(rest) < self.seq:
-                    continue  # an earlier test's
-                self._pending.insert(0, message)  # later meets of this test measure alone at once
-                self.peer_left = True
-                return False
+                if self._peer_ended(int(rest), message):
+                    return False
+                continue  # an earlier test's
             raise DuetError(f"--jetmem-against: expected the other side's answer on {topic}, got {message!r}")
+
+    def _peer_ended(self, seq: int, message: str) -> bool:
+        """Whether the peer's ``END seq`` (``message``) ends this test (it raised, failed or skipped inside the call):
+        then it is kept for the later meets of this test (they measure alone at once) and :attr:`peer_left` is set;
+        an earlier test's end is not (the caller reads on)."""
+        if seq < self.seq:
+            return False
+        self._pending.insert(0, message)
+        self.peer_left = True
+        return True
 
     # -- turns --------------------------------------------------------------------------------------
     def _pass(self, done: bool) -> None:
@@ -170,11 +178,9 @@ class Duet:
             if kind == "TURN":
                 return rest == "1"
             if kind == "END" and rest.isdigit():
-                if int(rest) < self.seq:
-                    continue  # an earlier test's
-                self._pending.insert(0, message)  # later meets of this test measure alone at once
-                self.peer_left = True
-                return True
+                if self._peer_ended(int(rest), message):
+                    return True
+                continue  # an earlier test's
             raise DuetError(f"--jetmem-against: expected the other side's turn, got {message!r}")
 
     def take_turns(self, setup: Callable[[], None], batch: Callable[[], bool]) -> int:
