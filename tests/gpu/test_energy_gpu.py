@@ -145,16 +145,7 @@ def test_energy_against_a_stored_baseline_passes_unchanged_code_and_fails_a_larg
     """Three sessions saved as baseline ``main`` (with their energy windows); a fourth of the same code is
     ``unchanged`` in energy under ``--jetmem-energy-fail=10``; one copying 50% more (the time's threshold set out of
     reach) fails as ``FAIL energy regression``, with the change and its interval in the record."""
-    from pytest_jetmem.cuda.device import open_device
-    from pytest_jetmem.machine.jetson import sysroot
-    from pytest_jetmem.measure.energy import find_power
-
-    avail = open_device()
-    if not avail.ok:
-        pytest.skip(avail.reason)
-    setup = find_power(avail.device, "auto", str(sysroot()))
-    if setup is None or setup.source is None:
-        pytest.skip(f"no power source here: {setup.reason if setup else 'off'}")
+    power_source_or_skip()
     pytester.makepyfile(test_baselined=BASELINED)
     for _ in range(3):
         saved = pytester.runpytest_subprocess("--jetmem-save=main", "--jetmem-energy=on")
@@ -207,16 +198,7 @@ def test_energy_in_turns_against_the_base_passes_the_same_code_and_fails_a_large
     import shutil
     import subprocess
 
-    from pytest_jetmem.cuda.device import open_device
-    from pytest_jetmem.machine.jetson import sysroot
-    from pytest_jetmem.measure.energy import find_power
-
-    avail = open_device()
-    if not avail.ok:
-        pytest.skip(avail.reason)
-    setup = find_power(avail.device, "auto", str(sysroot()))
-    if setup is None or setup.source is None:
-        pytest.skip(f"no power source here: {setup.reason if setup else 'off'}")
+    power_source_or_skip()
     if shutil.which("git") is None:
         pytest.skip("--jetmem-against=HEAD needs git")
     pytester.makepyfile(test_against=AGAINST)
@@ -242,3 +224,18 @@ def test_energy_in_turns_against_the_base_passes_the_same_code_and_fails_a_large
     assert more.ret == 1, more.stdout.str()
     assert row["verdict"] == "FAIL energy regression" and row["energy_baseline"] == "regression", row
     assert 30 < row["energy_baseline_change_pct"] < 75, row
+
+
+def power_source_or_skip() -> object:
+    """This machine's power source (a Jetson's rails or NVML's GPU counter), or a skip saying why there is none."""
+    from pytest_jetmem.cuda.device import open_device
+    from pytest_jetmem.machine.jetson import sysroot
+    from pytest_jetmem.measure.energy import find_power
+
+    avail = open_device()
+    if not avail.ok:
+        pytest.skip(avail.reason)
+    setup = find_power(avail.device, "auto", str(sysroot()))
+    if setup is None or setup.source is None:
+        pytest.skip(f"no power source here: {setup.reason if setup else 'off'}")
+    return setup.source
