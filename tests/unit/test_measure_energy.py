@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from fakes.fake_driver import FakeEnergyCounter
 from pytest_jetmem.machine.power import Covers, Kind, PowerReadError, Reading
-from pytest_jetmem.measure.energy import Energy, EnergyRule, Window, measure_energy, per_call
+from pytest_jetmem.measure.energy import Energy, EnergyRule, EnergyWindows, Window, measure_energy, per_call
 
 
 class Clock:
@@ -129,6 +129,28 @@ def test_windows_are_added_until_the_interval_is_narrow_or_the_time_is_up() -> N
     )
     assert wide.stop_reason == "time" and wide.rel_halfwidth > 0.03
     assert wide.seconds + 0.1 * (wide.windows + 1) <= 1.5 + 4 * 0.4  # the cap, and at most one round past it
+
+
+def test_in_turns_the_other_sides_turns_do_not_count_against_the_cap() -> None:
+    """``--jetmem-against``'s turns: between this side's turns the other process runs its own (here 2 s of the
+    clock each, as long as the whole cap); the cap counts this side's steps only, so a noisy work gets its windows
+    (was: two turns, then "time": an interval over two windows too wide to judge on the H200)."""
+    counter, clock = counter_setup(idle_w=300.0, noise=0.3, seed=9)
+    work = kernel(counter, clock, load_w=15.0, seconds_per_call=1e-3)
+    windows = EnergyWindows(CounterSource(counter, clock), [work], [1e-3], EnergyRule(max_time_s=2.0),
+                            sleep=clock.sleep, now=clock)
+    turns = 0
+    while not windows.stop_reason():
+        windows.restart()
+        windows.idle()
+        windows.work(0)
+        windows.idle()
+        turns += 1
+        clock.sleep(2.0)  # the other side's turn
+    (energy,) = windows.energies(windows.stop_reason())
+    assert energy.stop_reason == "time" and turns >= 3 and energy.windows == turns  # wall time: 2 turns
+    assert 2.0 <= windows.spent_s <= 2.0 + 0.8  # its own steps: the cap, and at most one turn past it
+    assert energy.seconds <= windows.spent_s
 
 
 def test_the_calls_per_window_follow_what_a_window_took() -> None:

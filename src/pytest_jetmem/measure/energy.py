@@ -361,12 +361,14 @@ class EnergyWindows:
             _CounterClock(source, sleep) if source.kind == "energy" else _PowerClock(source)
         )
         self.windows: list[Window] = []
-        self.start = now()
+        self.spent_s = 0.0  # this measurement's own time: the steps', not what ran between them (the other's turn)
         self._edge: tuple[float, float] | None = None
 
     def restart(self) -> None:
         """The next window starts at the sensor's next edge from now (nothing since the last window is counted)."""
+        t0 = self.now()
         self._edge = self.clock.mark()
+        self.spent_s += self.now() - t0
 
     def idle(self) -> None:
         """An idle window (the GPU doing nothing for a window's length)."""
@@ -383,16 +385,19 @@ class EnergyWindows:
         if self._edge is None:
             self.restart()
         assert self._edge is not None
+        t0 = self.now()
         self._edge = _window(self.clock, self.windows, work, calls, run, *self._edge, busy)
+        self.spent_s += self.now() - t0
 
     def stop_reason(self) -> str:
         """"interval" where every work's interval is narrow (after the rule's least windows), "time" past the cap
-        (with two windows of each; three caps in any case), else ""."""
+        (with two windows of each; three caps in any case), else "". The cap counts this measurement's own steps
+        (:attr:`spent_s`): in turns, the other process's turns between them are not this side's cost."""
         estimates = [per_call(self.windows, i, self.rule.confidence) for i in range(len(self.works))]
         n = min(est[3] for est in estimates)
         if n >= self.rule.min_windows and all(_narrow(est, self.rule.target_rel) for est in estimates):
             return "interval"
-        spent = self.now() - self.start
+        spent = self.spent_s
         return "time" if (spent >= self.cap_s and n >= 2) or spent >= 3 * self.cap_s else ""
 
     def energies(self, reason: str) -> list[Energy]:
