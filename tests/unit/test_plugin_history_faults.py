@@ -34,6 +34,14 @@ def _sessions(path: Path) -> int:
 
 
 # -- 1. an interrupted session is never stored as complete ----------------------------------------------------------
+# Ctrl-C as in a terminal: a suite started in the background by a non-interactive shell runs with SIGINT ignored,
+# which its children inherit (Python then installs no handler, and the plugin rightly listens for none); the
+# conftest is read before the session starts, where the plugin starts listening.
+SIGINT_AS_IN_A_TERMINAL = """
+import signal
+signal.signal(signal.SIGINT, signal.default_int_handler)
+"""
+
 CTRL_C_TWICE = """
 import os, signal, time
 
@@ -72,7 +80,7 @@ def test_a_first(swallows_ctrl_c_at_the_end):
 @pytest.mark.parametrize("moment", ["twice", "at_the_end"])
 def test_ctrl_c_stores_nothing(pytester: pytest.Pytester, moment: str) -> None:
     """Ctrl-C twice (the second while pytest handles the first) or once while the session ends: nothing stored."""
-    pytester.makeconftest(conftest_source("orin", kernel_ms=0.1))
+    pytester.makeconftest(conftest_source("orin", kernel_ms=0.1) + SIGINT_AS_IN_A_TERMINAL)
     body = CTRL_C_TWICE if moment == "twice" else CTRL_C_AT_THE_END
     pytester.makepyfile(test_b=inner(BASE_FILE + body))
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--jetmem-store", timeout=120)
