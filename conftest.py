@@ -21,6 +21,7 @@ import contextlib
 import importlib
 import importlib.util
 import os
+import pkgutil
 import shutil
 import sys
 import tempfile
@@ -44,6 +45,15 @@ from fakes.fake_driver import FakeDriver  # noqa: E402
 from pg_server import postgres_server_fixture  # noqa: E402, F401  (one server per session, or per xdist worker)
 from plugin_loading import lean_plugins  # noqa: E402
 from pytest_jetmem.cuda import driver  # noqa: E402
+
+# An in-process pytester run drops every module it imported when it ends (pytester's sys.modules snapshot): the
+# plugin's modules that a run imports late (report, measure, history: most of them) were imported again, and their
+# assertions rewritten again, by every in-process run (a tenth of a worker's time). Imported once here, they stay.
+# (The demo package is test files, imported by the demo's own runs.)
+for _info in pkgutil.walk_packages(importlib.import_module("pytest_jetmem").__path__, "pytest_jetmem."):
+    if not _info.name.startswith("pytest_jetmem.demo") and not _info.name.endswith("__main__"):
+        with contextlib.suppress(ImportError):
+            importlib.import_module(_info.name)
 
 # An in-process pytester run drops every module it imported when it ends. hypothesis' pytest plugin imports
 # hypothesis.internal.observability at the end of each session, which then costs ~2 s per run (the import
