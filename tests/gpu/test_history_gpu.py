@@ -88,10 +88,11 @@ def test_copy(jetmem):
 
 
 def test_the_ci_gate_on_real_sessions_pushed_one_by_one(pytester: pytest.Pytester, gpu_results: dict) -> None:
-    """A user's kernel 5% slower from commit 9 of 18 (20 copies a call, then 21), every commit pushed alone and
+    """A user's kernel slower from commit 9 of 18 (20 copies a call, then 22), every commit pushed alone and
     followed by the docs' CI step (``regressions --new``), with a rerun of commit 5 at x1.5 (a throttled board):
     the gate goes red once per mode, on the push that confirms the step (sessions of separate processes vary by
-    about 1% here, so a few commits after it), and the outlier changes nothing."""
+    1-3% here, so a few commits after it), and the outlier changes nothing. (With 21 copies, +5% on paper, the
+    device copy read only +3% over sessions 2% apart on the H200, and its step was missed in 2 of 14 runs over two sessions.)"""
     pytester.makepyfile(test_g=GATED)
     (pytester.path / ".gitignore").write_text(".jetmem/\n__pycache__/\n")
     _git(pytester.path, "init", "-q", "-b", "main")
@@ -116,10 +117,10 @@ def test_the_ci_gate_on_real_sessions_pushed_one_by_one(pytester: pytest.Pyteste
 
 
 def _push_one_by_one(pytester: pytest.Pytester, store: str, red: dict[int, str]) -> None:
-    """Commits 0..17 (21 copies a call from commit 9), each stored by a session and followed by ``regressions
+    """Commits 0..17 (22 copies a call from commit 9), each stored by a session and followed by ``regressions
     --new`` (its output kept in ``red`` where it failed); commit 5 run twice, the second time at x1.5."""
     for i in range(18):
-        (pytester.path / "reps.txt").write_text("21" if i >= 9 else "20")
+        (pytester.path / "reps.txt").write_text("22" if i >= 9 else "20")
         _git(pytester.path, "add", "test_g.py", "reps.txt", ".gitignore")  # not pytester's runpytest-N folders
         _git(pytester.path, "commit", "-q", "--allow-empty", "-m", f"c{i}")
         result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--jetmem-energy=off", "--jetmem-store")
