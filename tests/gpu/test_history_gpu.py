@@ -92,7 +92,7 @@ def test_the_ci_gate_on_real_sessions_pushed_one_by_one(pytester: pytest.Pyteste
     followed by the docs' CI step (``regressions --new``), with a rerun of commit 5 at x1.5 (a throttled board):
     the gate goes red once per mode, on the push that confirms the step (sessions of separate processes vary by
     1-3% here, so a few commits after it), and the outlier changes nothing. (With 21 copies, +5% on paper, the
-    device copy read only +3% over sessions 2% apart on the H200, and its step was missed in 2 of 14 runs over two sessions.)"""
+    device copy read only +3% over sessions 2% apart on the H200: its step was missed in 2 of 14 runs.)"""
     pytester.makepyfile(test_g=GATED)
     (pytester.path / ".gitignore").write_text(".jetmem/\n__pycache__/\n")
     _git(pytester.path, "init", "-q", "-b", "main")
