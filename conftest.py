@@ -46,21 +46,20 @@ from pg_server import postgres_server_fixture  # noqa: E402, F401  (one server p
 from plugin_loading import lean_plugins  # noqa: E402
 from pytest_jetmem.cuda import driver  # noqa: E402
 
-# An in-process pytester run drops every module it imported when it ends (pytester's sys.modules snapshot): the
-# plugin's modules that a run imports late (report, measure, history: most of them) were imported again, and their
-# assertions rewritten again, by every in-process run (a tenth of a worker's time). Imported once here, they stay.
-# (The demo package is test files, imported by the demo's own runs. A module that cannot be imported on this stack
-# is left to the test that imports it, which then fails or skips saying why.)
-for _info in pkgutil.walk_packages(importlib.import_module("pytest_jetmem").__path__, "pytest_jetmem."):
-    if not _info.name.startswith("pytest_jetmem.demo") and not _info.name.endswith("__main__"):
-        with contextlib.suppress(Exception):
-            importlib.import_module(_info.name)
-
-# An in-process pytester run drops every module it imported when it ends. hypothesis' pytest plugin imports
-# hypothesis.internal.observability at the end of each session, which then costs ~2 s per run (the import
-# goes through assertion rewriting). Imported once here, it survives the runs.
-with contextlib.suppress(ImportError):
-    importlib.import_module("hypothesis.internal.observability")
+# An in-process pytester run drops every module it imported when it ends (pytester's sys.modules snapshot), and the
+# next run imports it again, its assertions rewritten again. Imported once here, these survive the runs:
+# - the plugin's modules that a run imports late (report, measure, history: most of them; a tenth of a worker's
+#   time), the demo package aside (test files, imported by the demo's own runs);
+# - hypothesis.internal.observability, which hypothesis' pytest plugin imports at the end of each session (~2 s a run).
+# A module that cannot be imported on this stack is left to the test that imports it, which fails or skips saying why.
+_KEPT_ACROSS_RUNS = [
+    info.name
+    for info in pkgutil.walk_packages(importlib.import_module("pytest_jetmem").__path__, "pytest_jetmem.")
+    if not info.name.startswith("pytest_jetmem.demo") and not info.name.endswith("__main__")
+] + ["hypothesis.internal.observability"]
+for _name in _KEPT_ACROSS_RUNS:
+    with contextlib.suppress(Exception):
+        importlib.import_module(_name)
 
 
 def _gpu_device_nodes() -> bool:
