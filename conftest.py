@@ -18,6 +18,7 @@ none of them autouse, and imports nothing that a demo run lacks.
 from __future__ import annotations
 
 import contextlib
+import gc
 import importlib
 import importlib.util
 import os
@@ -41,7 +42,7 @@ TESTS_DIR = str(Path(__file__).resolve().parent / "tests")
 if TESTS_DIR not in sys.path:
     sys.path.insert(0, TESTS_DIR)
 
-from fakes.fake_driver import FakeDriver  # noqa: E402
+from fakes.fake_driver import NVRTC_MEMO_ENV, FakeDriver  # noqa: E402
 from pg_server import postgres_server_fixture  # noqa: E402, F401  (one server per session, or per xdist worker)
 from plugin_loading import lean_plugins  # noqa: E402
 from pytest_jetmem.cuda import driver  # noqa: E402
@@ -94,6 +95,9 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
     ``xdist_group`` run on one worker (``--dist loadgroup``): the Chromium tests, so one browser runs at a time."""
     if _only_the_suite(config):
         _bytecode_for_children()
+        os.environ.setdefault(  # what real NVRTC made for the fake driver: shared by this run's processes, later runs
+            NVRTC_MEMO_ENV, str(Path(tempfile.gettempdir(), f"jetmem-suite-nvrtc-{os.getuid()}"))
+        )
     if (
         config.pluginmanager.hasplugin("xdist")
         and not hasattr(config, "workerinput")  # a worker is told -n None: it never distributes
@@ -105,6 +109,13 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
         config.option.numprocesses = "auto"
         if config.getoption("dist", "no") == "no":
             config.option.dist = "loadgroup"
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """The collected tests live as long as the session: the garbage collector leaves them out of its walks from here
+    (:func:`gc.freeze`, as ``fakes`` does for the modules imported before), which a worker's in-process pytester runs
+    make often (pytest collects at the end of every session it configures)."""
+    gc.freeze()
 
 
 @pytest.fixture

@@ -62,8 +62,12 @@ What it models, and checks the way the driver would:
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import hashlib
 import itertools
+import os
+import pickle
 import random
 import struct
 import textwrap
@@ -1330,7 +1334,42 @@ class FakeDriver:
     ) -> tuple[bytes, str, dict[str, str]]:
         real = self._nvrtc()
         self.compiles.append((filename, tuple(options)))
-        return real.nvrtc_compile(source, filename, options, name_expressions)
+        key = (real.nvrtc_version(), source, filename, tuple(options), tuple(name_expressions))
+        return _remembered_compile(key, lambda: real.nvrtc_compile(source, filename, options, name_expressions))
+
+
+#: A folder where the fake keeps what real NVRTC made, shared by the processes of a test run (the suite's root
+#: conftest names one); unset, it remembers within its process only.
+NVRTC_MEMO_ENV = "JETMEM_FAKE_NVRTC_MEMO"
+_NVRTC_MEMO: dict[str, tuple[bytes, str, dict[str, str]]] = {}
+
+
+def _remembered_compile(
+    key: tuple[Any, ...], compile_: Callable[[], tuple[bytes, str, dict[str, str]]]
+) -> tuple[bytes, str, dict[str, str]]:
+    """What real NVRTC made of ``key`` (its version, the source, file name, options and name expressions) before,
+    else ``compile_()``'s result, remembered. NVRTC's output is a function of its input, and the code above the
+    driver boundary still asks the fake for every compile (``compiles``); only the real compile is not repeated
+    (a tenth of the suite's CPU time). A failed compile raises every time; only successes are remembered."""
+    digest = hashlib.sha256(repr(key).encode()).hexdigest()
+    if digest in _NVRTC_MEMO:
+        cubin, log, lowered = _NVRTC_MEMO[digest]
+        return cubin, log, dict(lowered)
+    folder = os.environ.get(NVRTC_MEMO_ENV)
+    path = Path(folder, f"{digest}.pickle") if folder else None
+    if path is not None and path.is_file():
+        with contextlib.suppress(OSError, pickle.UnpicklingError, EOFError, ValueError):
+            _NVRTC_MEMO[digest] = pickle.loads(path.read_bytes())
+            return _remembered_compile(key, compile_)
+    result = compile_()
+    _NVRTC_MEMO[digest] = (result[0], result[1], dict(result[2]))
+    if path is not None:
+        with contextlib.suppress(OSError):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
+            partial.write_bytes(pickle.dumps(result))
+            os.replace(partial, path)  # whole or absent: a reader never sees half a file
+    return result
 
 
 # -- CUBIN reading -------------------------------------------------------------------------------------
