@@ -128,6 +128,11 @@ def pytester(
     run in this process would inherit that: the warnings the plugin gives a user on purpose (a baseline from
     another machine, a coherence check with nothing to check) would fail the inner test instead of being counted
     in its summary. Inside an inner run our ``error`` filters are dropped; the inner run applies its own.
+
+    Its runs, in this process and in child processes, load only ``plugin_loading.LEAN_PLUGINS``
+    (:func:`plugin_loading.lean_plugins`), not every plugin installed beside them (pytest-html, pytest-cov, ...: about
+    0.7 s of CPU per child process, 0.1 s per run in this process); a test that needs the others is marked
+    ``every_plugin``, and a test that sets either variable itself keeps its own.
     """
     inline_run = pytester.inline_run
 
@@ -150,7 +155,7 @@ def pytester(
 
     monkeypatch.setattr(pytester, "runpytest_subprocess", fresh_subprocess_run)
     if request.node.get_closest_marker("every_plugin") is None:
-        monkeypatch.setattr(pytester, "runpytest_subprocess", _lean(pytester.runpytest_subprocess, monkeypatch))
+        lean_plugins(monkeypatch)
     return pytester
 
 
@@ -163,20 +168,6 @@ def _fresh_bytecode(path: Path) -> None:
         shutil.rmtree(Path(str(prefix)) / path.relative_to(path.anchor), ignore_errors=True)
     for cache in path.rglob("__pycache__"):
         shutil.rmtree(cache, ignore_errors=True)
-
-
-def _lean(runpytest_subprocess: Callable[..., Any], monkeypatch: pytest.MonkeyPatch) -> Callable[..., Any]:
-    """``runpytest_subprocess`` whose pytest loads only ``plugin_loading.LEAN_PLUGINS`` (and its jetmem children
-    with it: they inherit the environment), not every plugin installed beside them (pytest-html, pytest-cov, ...:
-    about 0.7 s of CPU per process here). A test that needs the others is marked ``every_plugin``; a test that sets
-    either variable itself keeps its own."""
-
-    def run(*args: Any, **kwargs: Any) -> Any:
-        with monkeypatch.context() as env:
-            lean_plugins(env)
-            return runpytest_subprocess(*args, **kwargs)
-
-    return run
 
 
 @pytest.fixture

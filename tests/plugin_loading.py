@@ -16,8 +16,8 @@ LEAN_PLUGINS = ("pytest_jetmem.plugin", "xdist.plugin", "xdist.looponfail")
 def lean_plugins(env: pytest.MonkeyPatch) -> None:
     """Runs of pytest made under ``env`` (in this process, and the child processes they start) load only
     :data:`LEAN_PLUGINS`, not every plugin installed beside them (pytest-html, pytest-cov, hypothesis, ...: about
-    0.7 s of CPU per child process, 0.2 s per run in this process). A test that sets either variable itself keeps
-    its own; a test that checks its neighbours is marked ``every_plugin`` (the root conftest's ``pytester``)."""
+    0.7 s of CPU per child process, 0.1 s per run in this process). A test that sets either variable itself keeps
+    its own; a test that needs the others is marked ``every_plugin`` (the root conftest's ``pytester``)."""
     if {"PYTEST_DISABLE_PLUGIN_AUTOLOAD", "PYTEST_PLUGINS"} & set(os.environ):
         return
     plugins = [name for name in LEAN_PLUGINS if importlib.util.find_spec(name.split(".")[0]) is not None]

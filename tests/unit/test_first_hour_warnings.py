@@ -71,6 +71,7 @@ sys.exit(pytest.main(sys.argv[1:]))
 """
 
 
+@pytest.mark.every_plugin
 def test_plugin_loads_through_its_entry_point_without_warnings(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -23,12 +23,14 @@ def test_a_plain_run_leaves_no_benchmarks_folder(pytester: pytest.Pytester) -> N
     assert not (pytester.path / ".benchmarks").exists(), files_under(pytester.path)
 
 
+@pytest.mark.every_plugin
 def test_a_run_with_benchmarks_that_saves_nothing_leaves_no_folder(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_timed=BENCHMARKED)
     pytester.runpytest("-p", "no:cacheprovider", "--benchmark-disable").assert_outcomes(passed=1)
     assert not (pytester.path / ".benchmarks").exists(), files_under(pytester.path)
 
 
+@pytest.mark.every_plugin
 def test_saved_benchmarks_stay(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     # under pytest-xdist, this process is a worker: pytest-benchmark would take the inner run for one, and not time
     monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
@@ -46,6 +48,7 @@ def test_a_folder_that_was_there_before_stays(pytester: pytest.Pytester) -> None
     assert (pytester.path / ".benchmarks").is_dir()
 
 
+@pytest.mark.every_plugin
 def test_another_storage_folder_is_tidied_too(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_plain=PLAIN)
     pytester.runpytest("-p", "no:cacheprovider", "--benchmark-storage=file://out/bench").assert_outcomes(passed=1)

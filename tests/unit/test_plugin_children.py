@@ -103,6 +103,7 @@ def pytest_addoption(parser):
 """
 
 
+@pytest.mark.every_plugin
 def test_a_child_runs_no_coverage_controller_of_its_own(
     parse: Callable[..., pytest.Config], pytester: pytest.Pytester, tmp_path: Path
 ) -> None:

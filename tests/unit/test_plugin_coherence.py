@@ -17,6 +17,7 @@ import pytest
 from fakes import planted
 from fakes.async_fake import MODES, AsyncFake
 from pytest_jetmem.plugin.coherence import CoherenceOptions, parse_marker
+from shared_runs import shared
 
 
 def plugin_args() -> list[str]:
@@ -56,23 +57,34 @@ BAD_MARKERS = [
 def test_bad_marker_fails_collection_naming_test_and_argument(
     pytester: pytest.Pytester, afake: AsyncFake, marker: str, message: str
 ) -> None:
-    pytester.makepyfile(
-        test_marked=f"""
-        import pytest
+    """Every bad marker in a file of its own (``test_marked_<i>.py``), all collected by one session
+    (tests/shared_runs.py): each names its test and argument, and nothing passes."""
 
-        @pytest.mark.memmode
-        @pytest.mark.{marker}
-        def test_typo(jetmem):
-            pass
+    def run_every_case() -> pytest.RunResult:
+        for i, (case, _) in enumerate(BAD_MARKERS):
+            pytester.makepyfile(
+                **{
+                    f"test_marked_{i}": f"""
+                    import pytest
 
-        def test_fine():
-            pass
-        """
-    )
-    result = pytester.runpytest(*plugin_args())
+                    @pytest.mark.memmode
+                    @pytest.mark.{case}
+                    def test_typo(jetmem):
+                        pass
+
+                    def test_fine():
+                        pass
+                    """
+                }
+            )
+        return pytester.runpytest(*plugin_args())
+
+    result = shared("coherence-bad-markers", run_every_case)
     assert result.ret == pytest.ExitCode.INTERRUPTED
-    result.stdout.fnmatch_lines([f"*test_marked.py::test_typo: @pytest.mark.memmode_coherence*{message}*"])
+    i = [m for m, _ in BAD_MARKERS].index(marker)
+    result.stdout.fnmatch_lines([f"*test_marked_{i}.py::test_typo: @pytest.mark.memmode_coherence*{message}*"])
     assert "passed" not in result.parseoutcomes()
+    assert result.parseoutcomes().get("errors") == len(BAD_MARKERS)
 
 
 def test_marker_without_jetmem_fails_collection(pytester: pytest.Pytester, afake: AsyncFake) -> None:

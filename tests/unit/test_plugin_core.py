@@ -37,6 +37,7 @@ def test_the_core_and_the_end_are_registered_after_the_halves_they_import() -> N
     assert plugin.HALVES[-2:] == ("pytest_jetmem.plugin.core", "pytest_jetmem.plugin.finish")
 
 
+@pytest.mark.every_plugin
 def test_every_half_registers_in_order_and_no_name_is_looked_up_among_entry_points(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -12,6 +12,7 @@ import pytest
 from fakes.fake_driver import FakeDriver
 from runtime_fixtures import _module_kernel_cache, _no_user_device_choice, jetmem_kernel_cache  # noqa: F401
 from runtime_runs import inner
+from shared_runs import shared
 
 # -- marker validation ------------------------------------------------------------------------------------
 BAD_MARKERS = [
@@ -52,24 +53,35 @@ BAD_MARKERS = [
 def test_bad_marker_is_a_collection_error_naming_test_and_argument(
     pytester: pytest.Pytester, fake_driver: FakeDriver, args: str, expected: str
 ) -> None:
-    pytester.makepyfile(
-        test_bad=inner(
-            f"""
-            @pytest.mark.memmode("device")
-            @pytest.mark.memmode_runtime({args})
-            def test_marked(jetmem):
-                jetmem.measure(fill(jetmem))
+    """Every bad marker in a file of its own (``test_bad_<i>.py``), all collected by one session (tests/shared_runs.py):
+    each file is one collection error naming its test and argument, and nothing runs."""
 
-            def test_plain():
-                pass
-            """
-        )
-    )
-    result = pytester.runpytest()
+    def run_every_case() -> tuple[pytest.RunResult, bool]:
+        for i, (case, _) in enumerate(BAD_MARKERS):
+            pytester.makepyfile(
+                **{
+                    f"test_bad_{i}": inner(
+                        f"""
+                        @pytest.mark.memmode("device")
+                        @pytest.mark.memmode_runtime({case})
+                        def test_marked(jetmem):
+                            jetmem.measure(fill(jetmem))
+
+                        def test_plain():
+                            pass
+                        """
+                    )
+                }
+            )
+        result = pytester.runpytest()
+        return result, fake_driver.launches == []
+
+    result, nothing_ran = shared("runtime-spec-bad-markers", run_every_case)
     assert result.ret == pytest.ExitCode.INTERRUPTED
-    assert result.parseoutcomes().get("errors") == 1
-    assert f"test_bad.py::test_marked: @pytest.mark.memmode_runtime{expected}" in result.stdout.str()
-    assert fake_driver.launches == []  # nothing ran
+    assert result.parseoutcomes().get("errors") == len(BAD_MARKERS)  # one per file, none twice
+    i = [a for a, _ in BAD_MARKERS].index(args)
+    assert f"test_bad_{i}.py::test_marked: @pytest.mark.memmode_runtime{expected}" in result.stdout.str()
+    assert nothing_ran
 
 
 def test_valid_markers_collect(pytester: pytest.Pytester, fake_driver: FakeDriver) -> None:
