@@ -87,6 +87,20 @@ def _bytecode_for_children() -> None:
         os.environ["PYTHONPYCACHEPREFIX"] = str(Path(tempfile.gettempdir(), f"jetmem-suite-pycache-{os.getuid()}"))
 
 
+def _nvrtc_memo_for_children() -> None:
+    """The fake driver's CUBINs from real NVRTC, kept in one folder per NVRTC version (``fakes.fake_driver``'s
+    ``NVRTC_MEMO_ENV``) for every process of this run and later runs; none where NVRTC cannot be loaded. A folder
+    already named is kept."""
+    if NVRTC_MEMO_ENV in os.environ:
+        return
+    try:
+        major, minor = driver.CudaDriver().nvrtc_version()
+    except Exception:  # no NVRTC here (a plain install): the fake remembers within each process only
+        return
+    folder = Path(tempfile.gettempdir(), f"jetmem-suite-nvrtc-{os.getuid()}", f"nvrtc-{major}.{minor}")
+    os.environ[NVRTC_MEMO_ENV] = str(folder)
+
+
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own, which turns "auto" into workers
 def pytest_cmdline_main(config: pytest.Config) -> None:
     """The project's suite on a machine without a GPU runs on every core (pytest-xdist's ``-n auto``, where it is
@@ -95,9 +109,7 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
     ``xdist_group`` run on one worker (``--dist loadgroup``): the Chromium tests, so one browser runs at a time."""
     if _only_the_suite(config):
         _bytecode_for_children()
-        os.environ.setdefault(  # what real NVRTC made for the fake driver: shared by this run's processes, later runs
-            NVRTC_MEMO_ENV, str(Path(tempfile.gettempdir(), f"jetmem-suite-nvrtc-{os.getuid()}"))
-        )
+        _nvrtc_memo_for_children()
     if (
         config.pluginmanager.hasplugin("xdist")
         and not hasattr(config, "workerinput")  # a worker is told -n None: it never distributes

@@ -70,6 +70,7 @@ import os
 import pickle
 import random
 import struct
+import sys
 import textwrap
 import time
 from collections.abc import Callable, Sequence
@@ -1334,12 +1335,13 @@ class FakeDriver:
     ) -> tuple[bytes, str, dict[str, str]]:
         real = self._nvrtc()
         self.compiles.append((filename, tuple(options)))
-        key = (real.nvrtc_version(), source, filename, tuple(options), tuple(name_expressions))
+        key = (sys.prefix, source, filename, tuple(options), tuple(name_expressions))
         return _remembered_compile(key, lambda: real.nvrtc_compile(source, filename, options, name_expressions))
 
 
-#: A folder where the fake keeps what real NVRTC made, shared by the processes of a test run (the suite's root
-#: conftest names one); unset, it remembers within its process only.
+#: A folder where the fake keeps what real NVRTC made, shared by the processes of a test run and later runs: its name
+#: carries the NVRTC version it holds (the suite's root conftest names one); unset, the fake remembers within its
+#: process only.
 NVRTC_MEMO_ENV = "JETMEM_FAKE_NVRTC_MEMO"
 _NVRTC_MEMO: dict[str, tuple[bytes, str, dict[str, str]]] = {}
 
@@ -1347,10 +1349,11 @@ _NVRTC_MEMO: dict[str, tuple[bytes, str, dict[str, str]]] = {}
 def _remembered_compile(
     key: tuple[Any, ...], compile_: Callable[[], tuple[bytes, str, dict[str, str]]]
 ) -> tuple[bytes, str, dict[str, str]]:
-    """What real NVRTC made of ``key`` (its version, the source, file name, options and name expressions) before,
-    else ``compile_()``'s result, remembered. NVRTC's output is a function of its input, and the code above the
-    driver boundary still asks the fake for every compile (``compiles``); only the real compile is not repeated
-    (a tenth of the suite's CPU time). A failed compile raises every time; only successes are remembered."""
+    """What real NVRTC made of ``key`` (the Python environment, the source, file name, options and name expressions)
+    before, else ``compile_()``'s result, remembered. NVRTC's output is a function of its input and version, and the
+    code above the driver boundary still asks the fake for every compile (``compiles``); only the real compile is not
+    repeated (a tenth of the suite's CPU time), nor NVRTC loaded for it. A failed compile raises every time; only
+    successes are remembered."""
     digest = hashlib.sha256(repr(key).encode()).hexdigest()
     if digest in _NVRTC_MEMO:
         cubin, log, lowered = _NVRTC_MEMO[digest]

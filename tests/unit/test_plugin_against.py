@@ -55,8 +55,10 @@ def git(path: Path, *args: str) -> None:
 
 
 @pytest.fixture
-def project(pytester: pytest.Pytester) -> pytest.Pytester:
-    """A repository whose HEAD measures a 0.1 ms kernel; the working tree is HEAD until a test changes it."""
+def project(pytester: pytest.Pytester, restore_driver_backend: None) -> pytest.Pytester:
+    """A repository whose HEAD measures a 0.1 ms kernel; the working tree is HEAD until a test changes it. Its runs
+    are made in this process (the parent of the two sides needs no process of its own: the sides are children);
+    the fake its conftest installs here is taken away after the test."""
     pytester.makeconftest(CONFTEST)
     pytester.makepyfile(test_k=TESTS)
     (pytester.path / "speed.txt").write_text("0.1\n")
@@ -82,7 +84,7 @@ def table(result: pytest.RunResult) -> dict[str, str]:
 
 
 def test_the_same_code_on_both_sides_is_unchanged(project: pytest.Pytester) -> None:
-    result = project.runpytest_subprocess("-p", "no:cacheprovider", "--jetmem-against=HEAD", "-rA")
+    result = project.runpytest("-p", "no:cacheprovider", "--jetmem-against=HEAD", "-rA")
     result.assert_outcomes(passed=3)
     assert set(table(result).values()) == {"+0.0% unchanged"}
     result.stdout.fnmatch_lines(["jetmem: against HEAD (*): 3 measurements compared in turns on the same GPU"])
@@ -91,7 +93,7 @@ def test_the_same_code_on_both_sides_is_unchanged(project: pytest.Pytester) -> N
 def test_a_slower_change_fails_the_gated_tests_only(project: pytest.Pytester, tmp_path: Path) -> None:
     (project.path / "speed.txt").write_text("0.12\n")  # uncommitted: the change is 20% slower
     junit = tmp_path / "junit.xml"
-    result = project.runpytest_subprocess("-p", "no:cacheprovider", "--jetmem-against=HEAD", f"--junitxml={junit}")
+    result = project.runpytest("-p", "no:cacheprovider", "--jetmem-against=HEAD", f"--junitxml={junit}")
     result.assert_outcomes(passed=1, failed=2)
     result.stdout.fnmatch_lines(
         [
@@ -106,7 +108,7 @@ def test_a_slower_change_fails_the_gated_tests_only(project: pytest.Pytester, tm
 def test_tests_on_one_side_only_are_reported_not_judged(project: pytest.Pytester) -> None:
     text = (project.path / "test_k.py").read_text()
     (project.path / "test_k.py").write_text(text.replace("def test_reported(", "def test_renamed("))
-    result = project.runpytest_subprocess("-p", "no:cacheprovider", "--jetmem-against=HEAD")
+    result = project.runpytest("-p", "no:cacheprovider", "--jetmem-against=HEAD")
     result.assert_outcomes(passed=3)
     assert table(result)["test_renamed[device]"] == "only in the change: not compared"
     result.stdout.fnmatch_lines(
@@ -124,7 +126,7 @@ def test_zero_ms_samples_are_unchanged_not_a_crash(project: pytest.Pytester) -> 
     (``--jetmem-max-time``) keeps the run short; the paired rounds are taken all the same (5 at least)."""
     (project.path / "speed.txt").write_text("0\n")
     git(project.path, "commit", "-qam", "zero")
-    result = project.runpytest_subprocess("-p", "no:cacheprovider", "--jetmem-against=HEAD", "--jetmem-max-time=0.05")
+    result = project.runpytest("-p", "no:cacheprovider", "--jetmem-against=HEAD", "--jetmem-max-time=0.05")
     result.assert_outcomes(passed=3)
     assert set(table(result).values()) == {"+0.0% unchanged"}
     result.stdout.no_fnmatch_line("*ValueError*")
@@ -134,7 +136,7 @@ def test_a_prepared_checkout_path_is_the_base(project: pytest.Pytester, tmp_path
     base = tmp_path / "base"
     shutil.copytree(project.path, base, ignore=shutil.ignore_patterns(".git"))
     (base / "speed.txt").write_text("0.2\n")  # the base is slower: the change is an improvement
-    result = project.runpytest_subprocess("-p", "no:cacheprovider", f"--jetmem-against={base}")
+    result = project.runpytest("-p", "no:cacheprovider", f"--jetmem-against={base}")
     result.assert_outcomes(passed=3)
     assert set(table(result).values()) == {"-50.0% improvement"}
 
@@ -161,7 +163,7 @@ def test_usage_errors(project: pytest.Pytester, restore_driver_backend: None, ar
 def test_xdist_runs_a_pair_per_worker(project: pytest.Pytester) -> None:
     pytest.importorskip("xdist")
     (project.path / "speed.txt").write_text("0.12\n")
-    result = project.runpytest_subprocess("-p", "no:cacheprovider", "--jetmem-against=HEAD", "-n", "2")
+    result = project.runpytest("-p", "no:cacheprovider", "--jetmem-against=HEAD", "-n", "2")
     result.assert_outcomes(passed=1, failed=2)
     assert set(table(result).values()) == {"+20.0% regression"}
     result.stdout.fnmatch_lines(
@@ -197,7 +199,7 @@ def test_zero_copy_over_pcie_is_ambiguous_in_one_pair(project: pytest.Pytester, 
     git(project.path, "add", "-A")
     git(project.path, "commit", "-qm", "zero-copy")
     (project.path / "speed.txt").write_text("0.12\n")
-    result = project.runpytest_subprocess("-p", "no:cacheprovider", "--jetmem-against=HEAD")
+    result = project.runpytest("-p", "no:cacheprovider", "--jetmem-against=HEAD")
     cells = table(result)
     assert cells == {"test_gated[device]": "+20.0% regression", "test_gated[zero_copy]": zero_copy}
     if profile == "dgpu":
