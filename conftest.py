@@ -126,7 +126,7 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
 def pytest_collection_finish(session: pytest.Session) -> None:
     """The collected tests live as long as the session: the garbage collector leaves them out of its walks from here
     (:func:`gc.freeze`, as ``fakes`` does for the modules imported before), which a worker's in-process pytester runs
-    make often (pytest collects at the end of every session it configures)."""
+    make often (pytest runs a full collection at the end of every session it configures)."""
     gc.freeze()
 
 
@@ -146,10 +146,14 @@ def pytester(
     0.7 s of CPU per child process, 0.1 s per run in this process); a test that needs the others is marked
     ``every_plugin``, and a test that sets either variable itself keeps its own.
     """
+    lean = request.node.get_closest_marker("every_plugin") is None
+    if lean:
+        lean_plugins(monkeypatch)
     inline_run = pytester.inline_run
 
     def run(*args: Any, **kwargs: Any) -> Any:
         _fresh_bytecode(pytester.path)
+        kwargs["plugins"] = [*kwargs.get("plugins", ()), *_imported_lean_plugins()]
         with warnings.catch_warnings():
             kept = [f for f in warnings.filters if f[0] != "error"]
             warnings.resetwarnings()
@@ -166,9 +170,29 @@ def pytester(
         return subprocess_run(*args, **kwargs)
 
     monkeypatch.setattr(pytester, "runpytest_subprocess", fresh_subprocess_run)
-    if request.node.get_closest_marker("every_plugin") is None:
-        lean_plugins(monkeypatch)
+    parseconfig = pytester.parseconfig
+
+    def parseconfig_with_lean_plugins(*args: Any) -> pytest.Config:
+        kept = list(pytester.plugins)
+        pytester.plugins += _imported_lean_plugins()
+        try:
+            return parseconfig(*args)
+        finally:
+            pytester.plugins[:] = kept
+
+    monkeypatch.setattr(pytester, "parseconfig", parseconfig_with_lean_plugins)
     return pytester
+
+
+def _imported_lean_plugins() -> list[Any]:
+    """The modules ``PYTEST_PLUGINS`` names (:func:`plugin_loading.lean_plugins`) that this process has imported,
+    handed to an in-process run as plugin objects: registered so, pytest does not import them by name again, which
+    pytest 8.0 warns about ("Module already imported so cannot be rewritten") where the plugin is installed editable.
+    """
+    if not os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD"):
+        return []
+    names = [name.strip() for name in os.environ.get("PYTEST_PLUGINS", "").split(",")]
+    return [sys.modules[name] for name in names if name in sys.modules]
 
 
 def _fresh_bytecode(path: Path) -> None:
