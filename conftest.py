@@ -146,8 +146,7 @@ def pytester(
     0.7 s of CPU per child process, 0.1 s per run in this process); a test that needs the others is marked
     ``every_plugin``, and a test that sets either variable itself keeps its own.
     """
-    lean = request.node.get_closest_marker("every_plugin") is None
-    if lean:
+    if request.node.get_closest_marker("every_plugin") is None:
         lean_plugins(monkeypatch)
     inline_run = pytester.inline_run
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from plugin_loading import lean_plugins, plugin_args
+from plugin_loading import plugin_args
 from pytest_jetmem.plugin.concurrency import NODEID_ENV
 
 TESTS_DIR = Path(__file__).resolve().parent  # tests/: the child imports fakes from here
@@ -35,13 +35,6 @@ def fake_conftest(parent: str = "no_device", child: str = "orin") -> str:
         driver.install(FAKE)
         """
     )
-
-
-@pytest.fixture(autouse=True)
-def _lean_plugins(monkeypatch: pytest.MonkeyPatch) -> None:
-    """:func:`plugin_loading.lean_plugins` for every test of a module that imports this fixture (its in-process
-    runs too, not only ``runpytest_subprocess``'s)."""
-    lean_plugins(monkeypatch)
 
 
 def outcomes(result: pytest.RunResult) -> dict[str, str]:

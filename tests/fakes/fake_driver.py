@@ -1355,15 +1355,14 @@ def _remembered_compile(
     repeated (a tenth of the suite's CPU time), nor NVRTC loaded for it. A failed compile raises every time; only
     successes are remembered."""
     digest = hashlib.sha256(repr(key).encode()).hexdigest()
+    folder = os.environ.get(NVRTC_MEMO_ENV)
+    path = Path(folder, f"{digest}.pickle") if folder else None
+    if digest not in _NVRTC_MEMO and path is not None and path.is_file():
+        with contextlib.suppress(OSError, pickle.UnpicklingError, EOFError, ValueError):
+            _NVRTC_MEMO[digest] = pickle.loads(path.read_bytes())
     if digest in _NVRTC_MEMO:
         cubin, log, lowered = _NVRTC_MEMO[digest]
         return cubin, log, dict(lowered)
-    folder = os.environ.get(NVRTC_MEMO_ENV)
-    path = Path(folder, f"{digest}.pickle") if folder else None
-    if path is not None and path.is_file():
-        with contextlib.suppress(OSError, pickle.UnpicklingError, EOFError, ValueError):
-            _NVRTC_MEMO[digest] = pickle.loads(path.read_bytes())
-            return _remembered_compile(key, compile_)
     result = compile_()
     _NVRTC_MEMO[digest] = (result[0], result[1], dict(result[2]))
     if path is not None:

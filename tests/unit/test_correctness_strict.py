@@ -16,7 +16,6 @@ import pytest
 
 from concurrency_runs import PLUGIN, outcomes
 from fakes.fake_driver import FakeDriver
-from plugin_loading import lean_plugins
 from pytest_jetmem.correctness import coherence, strict
 from pytest_jetmem.correctness.strict import TegraStrict, TegraStrictError
 from pytest_jetmem.cuda import attach
@@ -319,12 +318,9 @@ def test_auto_under_strict(jetmem):
 """
 
 
-def test_tegra_strict_in_children(
-    run_fake: Callable[..., pytest.RunResult], wired: TegraStrict, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Strict mode reaches the memmode_concurrency children (their pytest loads the suite's plugins only:
-    plugin_loading.lean_plugins)."""
-    lean_plugins(monkeypatch)
+def test_tegra_strict_in_children(run_fake: Callable[..., pytest.RunResult], wired: TegraStrict) -> None:
+    """Strict mode reaches the memmode_concurrency children (their pytest loads the suite's plugins only, as every
+    pytester run's: plugin_loading.lean_plugins, through the root conftest's ``pytester``)."""
     result = run_fake(STRICT_IN_CHILD, "--jetmem-tegra-strict", child="dgpu")
     assert outcomes(result) == {
         "test_ok_but_would_crash[managed]": "FAILED",

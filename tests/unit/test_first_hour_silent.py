@@ -22,7 +22,6 @@ from typing import Any
 
 import pytest
 
-from concurrency_runs import _lean_plugins  # noqa: F401  (in-process runs load the suite's plugins only)
 from duet_runs import run_sides
 from fakes.fake_driver import conftest_source
 from pytest_jetmem.cuda import driver

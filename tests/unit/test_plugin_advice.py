@@ -11,7 +11,6 @@ import re
 
 import pytest
 
-from concurrency_runs import _lean_plugins  # noqa: F401  (in-process runs load the suite's plugins only)
 from fakes.fake_driver import conftest_source
 from runtime_fixtures import _module_kernel_cache, _no_user_device_choice, jetmem_kernel_cache  # noqa: F401
 from runtime_runs import InstallFake, inner

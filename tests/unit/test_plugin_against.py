@@ -152,7 +152,7 @@ def test_a_prepared_checkout_path_is_the_base(project: pytest.Pytester, tmp_path
     ],
     ids=["bad-ref", "with-save"],
 )
-def test_usage_errors(project: pytest.Pytester, restore_driver_backend: None, args: list[str], message: str) -> None:
+def test_usage_errors(project: pytest.Pytester, args: list[str], message: str) -> None:
     """A usage error starts no child: the run is made in this process (the project's conftest installs its fake
     driver here, put back at the end)."""
     result = project.runpytest("-p", "no:cacheprovider", *args)

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from concurrency_runs import PLUGIN, _lean_plugins, outcomes  # noqa: F401  (the runs and their children: lean)
+from concurrency_runs import PLUGIN, outcomes
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="child processes need POSIX process groups")
 

@@ -16,7 +16,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from concurrency_runs import _lean_plugins  # noqa: F401  (in-process runs load the suite's plugins only)
 from fakes.fake_driver import FakeDriver, conftest_source
 from pytest_jetmem.measure.compare import MIN_SESSIONS
 from runtime_fixtures import _module_kernel_cache, _no_user_device_choice, jetmem_kernel_cache  # noqa: F401

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 
-from concurrency_runs import _lean_plugins  # noqa: F401  (in-process runs load the suite's plugins only)
 from fakes.fake_driver import conftest_source
 from pytest_jetmem.measure.compare import Verdict
 from pytest_jetmem.measure.record import (
