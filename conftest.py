@@ -18,7 +18,6 @@ none of them autouse, and imports nothing that a demo run lacks.
 from __future__ import annotations
 
 import contextlib
-import gc
 import importlib
 import importlib.util
 import os
@@ -42,6 +41,7 @@ TESTS_DIR = str(Path(__file__).resolve().parent / "tests")
 if TESTS_DIR not in sys.path:
     sys.path.insert(0, TESTS_DIR)
 
+from fakes import freeze_once  # noqa: E402
 from fakes.fake_driver import NVRTC_MEMO_ENV, FakeDriver  # noqa: E402
 from pg_server import postgres_server_fixture  # noqa: E402, F401  (one server per session, or per xdist worker)
 from plugin_loading import lean_plugins  # noqa: E402
@@ -125,9 +125,9 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
 
 def pytest_collection_finish(session: pytest.Session) -> None:
     """The collected tests live as long as the session: the garbage collector leaves them out of its walks from here
-    (:func:`gc.freeze`, as ``fakes`` does for the modules imported before), which a worker's in-process pytester runs
-    make often (pytest runs a full collection at the end of every session it configures)."""
-    gc.freeze()
+    (:func:`fakes.freeze_once`, as ``fakes`` does for the modules imported before), which a worker's in-process
+    pytester runs make often (pytest runs a full collection at the end of every session it configures)."""
+    freeze_once()
 
 
 @pytest.fixture
