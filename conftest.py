@@ -101,6 +101,17 @@ def _nvrtc_memo_for_children() -> None:
     os.environ[NVRTC_MEMO_ENV] = str(folder)
 
 
+def _heap_for_children() -> None:
+    """glibc's malloc puts a buffer below its mmap threshold in the heap, and raises the threshold (up to 32 MiB) each
+    time a larger buffer is freed; freed heap below memory still in use stays with the process. An xdist worker that
+    ran the demo suite in process (the fake driver's buffers, its emulators' operands: tens of MiB each) so kept
+    ~150 MiB for the rest of the run. The workers and every child of the run start with the threshold fixed at 1
+    MiB (``MALLOC_MMAP_THRESHOLD_``, read by glibc when a process starts; other C libraries ignore it), so that a
+    large buffer, freed, goes back to the system. Only on a machine without a GPU, where the suite runs on xdist
+    workers; a value already set is kept."""
+    os.environ.setdefault("MALLOC_MMAP_THRESHOLD_", str(1 << 20))
+
+
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own, which turns "auto" into workers
 def pytest_cmdline_main(config: pytest.Config) -> None:
     """The project's suite on a machine without a GPU runs on every core (pytest-xdist's ``-n auto``, where it is
@@ -110,6 +121,8 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
     if _only_the_suite(config):
         _bytecode_for_children()
         _nvrtc_memo_for_children()
+        if not _gpu_device_nodes():
+            _heap_for_children()
     if (
         config.pluginmanager.hasplugin("xdist")
         and not hasattr(config, "workerinput")  # a worker is told -n None: it never distributes

@@ -5,25 +5,14 @@ the modules of pytest, numpy, the plugin and the fakes live as long as the proce
 pytester run, a child of the plugin: each imports this through its conftest) otherwise walks them in every full
 collection, pytest's own at a session's end included: 0.4 s of a trivial child session's 1.3 s of CPU here.
 Objects made later are collected as before.
-
-It also fixes glibc's mmap threshold at 1 MiB (``mallopt(M_MMAP_THRESHOLD)``, where the C library has it): the fake
-backs device memory with host buffers of up to tens of MiB, and glibc's threshold, which rises with every large
-buffer freed, would otherwise put later ones in the heap, whose freed middle the process keeps (an xdist worker
-held ~250 MiB more after the demo suite's in-process run); mapped, a buffer goes back to the system when freed.
 """
 
-import contextlib
-import ctypes
 import functools
 import gc
 
 from .fake_driver import PROFILES, FakeDriver, FakeFault, Launch, Profile, conftest_source
 
 gc.freeze()
-
-_M_MMAP_THRESHOLD = -3  # glibc's malloc.h
-with contextlib.suppress(OSError, AttributeError):  # no glibc (musl, macOS): its default stands
-    ctypes.CDLL(None).mallopt(_M_MMAP_THRESHOLD, 1 << 20)
 
 
 @functools.cache
@@ -32,7 +21,8 @@ def freeze_once() -> None:
 
     Never again in that process: a frozen object is never collected, and an in-process pytester run of the demo
     suite loads the suite's conftest afresh, whose hook would otherwise freeze what the outer test had made (its
-    fake driver with every buffer) for the rest of the process (a worker grew by ~250 MiB a demo run)."""
+    fake driver with every buffer) for the rest of the process (a worker grew by ~250 MiB a demo run; checked in
+    ``tests/unit/test_fakes.py``)."""
     gc.freeze()
 
 

@@ -4,13 +4,9 @@ prove little.
 
 from __future__ import annotations
 
-import gc
-import weakref
-
 import numpy as np
 import pytest
 
-from fakes import freeze_once
 from fakes.async_fake import AsyncFake, handle
 from fakes.fake_driver import FakeDriver, FakeFault, Launch, param_sizes
 from memmode_runs import InstallFake
@@ -175,21 +171,3 @@ def test_async_fake_defers_kernels_until_the_host_waits(afake: AsyncFake) -> Non
         assert pending.result().mismatches == 0
         np.testing.assert_array_equal(buf.host, coherence_pattern(64, 7))
 
-
-# -- the test process's garbage collector ------------------------------------------------------------------------
-def test_what_a_test_made_is_collected_after_the_suites_conftest_freezes_again() -> None:
-    """The suite's conftest freezes the collector after its collection (``fakes.freeze_once``); an in-process run
-    of the demo suite loads that conftest again. What the outer test made (a cycle, as a fake driver and its buffers
-    are) must still be collected once it is dropped: frozen objects never are."""
-
-    class Held:
-        cycle: object
-
-    freeze_once()  # the process's one freeze, wherever it came first
-    held = Held()
-    held.cycle = held
-    ref = weakref.ref(held)
-    freeze_once()  # the hook of an in-process run's conftest
-    del held
-    gc.collect()
-    assert ref() is None
