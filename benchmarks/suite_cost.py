@@ -96,7 +96,9 @@ def prepare(commit: str, workdir: Path) -> Path:
     clone = workdir / commit.replace("/", "_")
     subprocess.run(["git", "clone", "-q", str(REPO), str(clone)], check=True)
     subprocess.run(["git", "checkout", "-q", commit], cwd=clone, check=True)
-    subprocess.run(INSTALL, shell=True, cwd=clone, check=True, stdout=subprocess.DEVNULL)
+    install = subprocess.run(INSTALL, shell=True, cwd=clone, capture_output=True, text=True)
+    if install.returncode != 0:
+        sys.exit(f"{commit}: {INSTALL} failed (exit status {install.returncode}):\n{install.stderr[-3000:]}")
     return clone
 
 
