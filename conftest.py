@@ -63,8 +63,9 @@ for _name in _KEPT_ACROSS_RUNS:
         importlib.import_module(_name)
 
 
-def _gpu_device_nodes() -> bool:
-    """Whether this machine shows an NVIDIA GPU's device nodes (a discrete GPU's, or a Jetson's integrated one)."""
+def gpu_device_nodes() -> bool:
+    """Whether this machine shows an NVIDIA GPU's device nodes (a discrete GPU's, or a Jetson's integrated one): the
+    suite then runs in one process (tests/unit/test_suite_processes.py asks it too)."""
     dev = Path("/dev")
     return any(dev.glob("nvidia[0-9]*")) or (dev / "nvhost-ctrl-gpu").exists() or (dev / "nvgpu").exists()
 
@@ -105,9 +106,9 @@ def _heap_for_children() -> None:
     """glibc's malloc puts a buffer below its mmap threshold in the heap, and raises the threshold (up to 32 MiB) each
     time a larger buffer is freed; freed heap below memory still in use stays with the process. An xdist worker that
     ran the demo suite in process (the fake driver's buffers, its emulators' operands: tens of MiB each) so kept
-    ~150 MiB for the rest of the run. The workers and every child of the run start with the threshold fixed at 1
-    MiB (``MALLOC_MMAP_THRESHOLD_``, read by glibc when a process starts; other C libraries ignore it), so that a
-    large buffer, freed, goes back to the system. Only on a machine without a GPU, where the suite runs on xdist
+    ~140 MiB of freed heap for the rest of the run. The workers and every child of the run start with the threshold
+    fixed at 1 MiB (``MALLOC_MMAP_THRESHOLD_``, read by glibc when a process starts; other C libraries ignore it), so
+    that a large buffer, freed, goes back to the system. Only on a machine without a GPU, where the suite runs on xdist
     workers; a value already set is kept."""
     os.environ.setdefault("MALLOC_MMAP_THRESHOLD_", str(1 << 20))
 
@@ -121,7 +122,7 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
     if _only_the_suite(config):
         _bytecode_for_children()
         _nvrtc_memo_for_children()
-        if not _gpu_device_nodes():
+        if not gpu_device_nodes():
             _heap_for_children()
     if (
         config.pluginmanager.hasplugin("xdist")
@@ -129,7 +130,7 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
         and config.getoption("numprocesses", None) is None
         and not config.getoption("usepdb", False)
         and _only_the_suite(config)
-        and not _gpu_device_nodes()
+        and not gpu_device_nodes()
     ):
         config.option.numprocesses = "auto"
         if config.getoption("dist", "no") == "no":
@@ -139,7 +140,8 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
 def pytest_collection_finish(session: pytest.Session) -> None:
     """The collected tests live as long as the session: the garbage collector leaves them out of its walks from here
     (:func:`fakes.freeze_once`, as ``fakes`` does for the modules imported before), which a worker's in-process
-    pytester runs make often (pytest runs a full collection at the end of every session it configures)."""
+    pytester runs make often (pytest runs a full collection at the end of every session it configures). Once per
+    process: an in-process run of the demo suite loads this file again."""
     freeze_once()
 
 

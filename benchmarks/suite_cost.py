@@ -2,11 +2,14 @@
 
 For each commit given, a fresh clone and virtual environment installed as README line 2 installs
 (``python3 -m venv .venv && .venv/bin/pip install -e ".[cu13,dev]"``); then rounds that run ``.venv/bin/python -m
-pytest`` in each clone in turn, as ``.ci/run`` runs it (``PYTHONDONTWRITEBYTECODE=1``, ``-ra``, the store and browser
-tests required), each from cold caches (the suite's bytecode folder for its children and the fake driver's NVRTC
-folder emptied first, as on a fresh CI machine). While a run lasts, a sampler reads ``/proc/PID/smaps_rollup`` of
-pytest and every descendant four times a second and keeps the largest sum (PSS: shared pages split between the
-processes that map them) with the processes making it up. Linux only (``/proc``); needs no GPU::
+pytest`` in each clone in turn, as CI runs ``.ci/run`` (``CI=true``, ``PYTHONDONTWRITEBYTECODE=1``, ``-ra``, the store
+and browser tests required; the suite's own settings for its children dropped from the inherited environment), each
+from cold caches (the suite's bytecode folder for its children and the fake driver's NVRTC folder emptied first, as on
+a fresh CI machine). While a run lasts, a sampler reads ``/proc/PID/smaps_rollup`` four times a second, of pytest,
+every descendant and the suite's PostgreSQL servers (``pg_ctl`` detaches them from the tree), and keeps the largest
+sum of PSS (shared pages split between the processes that map them) with the processes making it up: a lower bound,
+since a process shorter than a sampling period can be missed. CPU: what the run's waited-for processes used
+(``RUSAGE_CHILDREN``) plus the PostgreSQL servers' own. Linux only (``/proc``); needs no GPU::
 
     python benchmarks/suite_cost.py dd5f414 HEAD --rounds 2 --json benchmarks/results/DIR/suite_cost.json
 
@@ -30,24 +33,46 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 INSTALL = 'python3 -m venv .venv && .venv/bin/pip install -q -e ".[cu13,dev]"'
+#: What the suite's conftest sets for its own children, and settings of glibc's allocator: none is inherited.
+NOT_INHERITED = ("PYTHONPYCACHEPREFIX", "MALLOC_MMAP_THRESHOLD_", "GLIBC_TUNABLES", "JETMEM_FAKE_NVRTC_MEMO",
+                 "PYTEST_ADDOPTS", "PYTEST_PLUGINS", "PYTEST_DISABLE_PLUGIN_AUTOLOAD")
+#: In the command line of a PostgreSQL server the suite started (tests/pg_server.py's cluster folders).
+PG_MARK = b"jetmem-pg-"
 
 
 def tree(root: int) -> list[int]:
-    """``root`` and every process descended from it, as /proc shows them now."""
+    """``root``, every process descended from it and the suite's PostgreSQL servers with theirs, as /proc shows."""
     children: dict[int, list[int]] = {}
+    servers = []
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
                 stat = Path(f"/proc/{entry}/stat").read_text()
+                command = Path(f"/proc/{entry}/cmdline").read_bytes()
             except OSError:
                 continue
             children.setdefault(int(stat.rsplit(")", 1)[1].split()[1]), []).append(int(entry))
-    found, todo = [], [root]
+            if PG_MARK in command and command.split(b"\0", 1)[0].endswith(b"/postgres"):
+                servers.append(int(entry))
+    found, todo = [], [root, *servers]
     while todo:
         pid = todo.pop()
-        found.append(pid)
-        todo.extend(children.get(pid, []))
+        if pid not in found:
+            found.append(pid)
+            todo.extend(children.get(pid, []))
     return found
+
+
+def server_cpu_s(pid: int) -> float:
+    """CPU seconds of a PostgreSQL server and the backends it reaped (utime, stime, cutime, cstime); 0 once gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        command = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return 0.0
+    if PG_MARK not in command or not command.split(b"\0", 1)[0].endswith(b"/postgres"):
+        return 0.0
+    return sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
 
 
 def memory_kib(pid: int) -> tuple[int, int]:
@@ -76,17 +101,20 @@ class PeakSampler(threading.Thread):
     def __init__(self, root: int, period_s: float = 0.25) -> None:
         super().__init__(daemon=True)
         self.root, self.period_s = root, period_s
-        self.peak_pss_kib = self.peak_rss_kib = 0
+        self.peak_pss_kib = self.rss_at_peak_kib = 0
         self.at_peak: list[tuple[int, str]] = []
+        self.server_cpu: dict[int, float] = {}  # the largest CPU seen of each PostgreSQL server
         self.done = threading.Event()
 
     def run(self) -> None:
         while not self.done.is_set():
             pids = tree(self.root)
             sizes = {pid: memory_kib(pid) for pid in pids}
+            for pid in pids:
+                self.server_cpu[pid] = max(self.server_cpu.get(pid, 0.0), server_cpu_s(pid))
             pss = sum(p for p, _ in sizes.values())
             if pss > self.peak_pss_kib:
-                self.peak_pss_kib, self.peak_rss_kib = pss, sum(r for _, r in sizes.values())
+                self.peak_pss_kib, self.rss_at_peak_kib = pss, sum(r for _, r in sizes.values())
                 self.at_peak = sorted(((p // 1024, command_line(pid)) for pid, (p, _) in sizes.items()), reverse=True)
             self.done.wait(self.period_s)
 
@@ -107,8 +135,9 @@ def one_run(clone: Path) -> dict[str, object]:
     tmp = Path(tempfile.gettempdir())
     for cache in (f"jetmem-suite-pycache-{os.getuid()}", f"jetmem-suite-nvrtc-{os.getuid()}"):
         shutil.rmtree(tmp / cache, ignore_errors=True)
-    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", PYTEST_ADDOPTS="-ra", CI="true",
-               JETMEM_TEST_POSTGRES="required", JETMEM_TEST_BROWSER="required")
+    env = {name: value for name, value in os.environ.items() if name not in NOT_INHERITED}
+    env.update(PYTHONDONTWRITEBYTECODE="1", PYTEST_ADDOPTS="-ra", CI="true", JETMEM_TEST_POSTGRES="required",
+               JETMEM_TEST_BROWSER="required")
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     with tempfile.TemporaryFile("w+") as log:
@@ -127,9 +156,11 @@ def one_run(clone: Path) -> dict[str, object]:
         "exit_status": status,
         "outcome": next((ln.strip("= ") for ln in reversed(lines) if " in " in ln and "passed" in ln), "?"),
         "wall_s": round(wall, 1),
-        "cpu_s": round(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime, 1),
+        "cpu_s": round(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+                       + sum(sampler.server_cpu.values()), 1),
+        "postgres_cpu_s": round(sum(sampler.server_cpu.values()), 1),
         "peak_pss_mib": sampler.peak_pss_kib // 1024,
-        "peak_rss_mib": sampler.peak_rss_kib // 1024,
+        "rss_at_peak_mib": sampler.rss_at_peak_kib // 1024,
         "at_peak": [f"{mib} MiB {cmd}" for mib, cmd in sampler.at_peak if mib],
     }
 
@@ -147,16 +178,18 @@ def main(argv: list[str] | None = None) -> int:
     runs: list[dict[str, object]] = []
     with tempfile.TemporaryDirectory(prefix="jetmem-suite-cost-") as work:
         clones = {c: prepare(c, Path(work)) for c in commits}
+        python = subprocess.run([".venv/bin/python", "-c", "import sys; print(sys.version.split()[0])"],
+                                cwd=clones[commits[0]], capture_output=True, text=True).stdout.strip()
         for round_no in range(1, args.rounds + 1):
             for commit in commits:
                 run = {"commit": commit, "round": round_no, **one_run(clones[commit])}
                 runs.append(run)
                 print(f"{commit} round {round_no}: {run['wall_s']} s wall, {run['cpu_s']} s CPU, "
-                      f"peak {run['peak_pss_mib']} MiB PSS ({run['peak_rss_mib']} MiB RSS); {run['outcome']}",
+                      f"peak {run['peak_pss_mib']} MiB PSS ({run['rss_at_peak_mib']} MiB RSS then); {run['outcome']}",
                       flush=True)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        machine = {"python": sys.version.split()[0], "cores": os.cpu_count(), "date": time.strftime("%Y-%m-%d")}
+        machine = {"python": python, "cores": os.cpu_count(), "date": time.strftime("%Y-%m-%d")}
         args.json.write_text(json.dumps({"machine": machine, "runs": runs}, indent=1) + "\n")
     return 0 if all(r["exit_status"] == 0 for r in runs) else 1
 

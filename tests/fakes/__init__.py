@@ -22,7 +22,7 @@ def freeze_once() -> None:
     Never again in that process: a frozen object is never collected, and an in-process pytester run of the demo
     suite loads the suite's conftest afresh, whose hook would otherwise freeze what the outer test had made (its
     fake driver with every buffer) for the rest of the process (a worker grew by ~250 MiB a demo run; checked in
-    ``tests/unit/test_fakes.py``)."""
+    ``tests/unit/test_suite_processes.py``)."""
     gc.freeze()
 
 

@@ -24,7 +24,8 @@ from pytest_jetmem.kernels.reference import coherence_pattern
 PLANTED_DELAY_US = 5000  # each GPU write waits 5 ms: a host read that does not wait sees stale data
 # The state machine's GPU writes wait longer: hypothesis replays a failing sequence to confirm and shrink it, and a
 # replay whose host read came more than the delay after the write (a stall of the host) reads fresh data, so that
-# hypothesis calls the failure flaky (FlakyFailure, "the second run drew more data than the first": once on the H200)
+# hypothesis calls the failure flaky (FlakyFailure, "the second run drew more data than the first": once on the H200
+# with 5 ms). 20 ms makes such a stall four times as long; it does not rule one out.
 MACHINE_PLANTED_DELAY_US = 20000
 MODES = default_names()
 

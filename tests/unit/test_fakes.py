@@ -170,4 +170,3 @@ def test_async_fake_defers_kernels_until_the_host_waits(afake: AsyncFake) -> Non
         assert np.all(buf.host == 0)  # launched, not yet run
         assert pending.result().mismatches == 0
         np.testing.assert_array_equal(buf.host, coherence_pattern(64, 7))
-
