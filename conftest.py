@@ -119,18 +119,18 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
     installed and no ``-n`` was given): most of its time is child pytest sessions waiting on their start. With a
     GPU it stays in one process, so that GPU tests never share the device. ``-n 0`` keeps one process. Tests of one
     ``xdist_group`` run on one worker (``--dist loadgroup``): the Chromium tests, so one browser runs at a time."""
-    if _only_the_suite(config):
-        _bytecode_for_children()
-        _nvrtc_memo_for_children()
-        if not gpu_device_nodes():
-            _heap_for_children()
+    if not _only_the_suite(config):
+        return
+    _bytecode_for_children()
+    _nvrtc_memo_for_children()
+    if gpu_device_nodes():
+        return
+    _heap_for_children()
     if (
         config.pluginmanager.hasplugin("xdist")
         and not hasattr(config, "workerinput")  # a worker is told -n None: it never distributes
         and config.getoption("numprocesses", None) is None
         and not config.getoption("usepdb", False)
-        and _only_the_suite(config)
-        and not gpu_device_nodes()
     ):
         config.option.numprocesses = "auto"
         if config.getoption("dist", "no") == "no":

@@ -40,8 +40,9 @@ NOT_INHERITED = ("PYTHONPYCACHEPREFIX", "MALLOC_MMAP_THRESHOLD_", "GLIBC_TUNABLE
 PG_MARK = b"jetmem-pg-"
 
 
-def tree(root: int) -> list[int]:
-    """``root``, every process descended from it and the suite's PostgreSQL servers with theirs, as /proc shows."""
+def tree(root: int) -> tuple[list[int], list[int]]:
+    """``root``, every process descended from it and the suite's PostgreSQL servers with theirs, as /proc shows them
+    now; and the servers themselves."""
     children: dict[int, list[int]] = {}
     servers = []
     for entry in os.listdir("/proc"):
@@ -54,23 +55,21 @@ def tree(root: int) -> list[int]:
             children.setdefault(int(stat.rsplit(")", 1)[1].split()[1]), []).append(int(entry))
             if PG_MARK in command and command.split(b"\0", 1)[0].endswith(b"/postgres"):
                 servers.append(int(entry))
-    found, todo = [], [root, *servers]
+    found: dict[int, None] = {}  # in the order met
+    todo = [root, *servers]
     while todo:
         pid = todo.pop()
         if pid not in found:
-            found.append(pid)
+            found[pid] = None
             todo.extend(children.get(pid, []))
-    return found
+    return list(found), servers
 
 
 def server_cpu_s(pid: int) -> float:
     """CPU seconds of a PostgreSQL server and the backends it reaped (utime, stime, cutime, cstime); 0 once gone."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        command = Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
-        return 0.0
-    if PG_MARK not in command or not command.split(b"\0", 1)[0].endswith(b"/postgres"):
         return 0.0
     return sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
 
@@ -108,9 +107,9 @@ class PeakSampler(threading.Thread):
 
     def run(self) -> None:
         while not self.done.is_set():
-            pids = tree(self.root)
+            pids, servers = tree(self.root)
             sizes = {pid: memory_kib(pid) for pid in pids}
-            for pid in pids:
+            for pid in servers:
                 self.server_cpu[pid] = max(self.server_cpu.get(pid, 0.0), server_cpu_s(pid))
             pss = sum(p for p, _ in sizes.values())
             if pss > self.peak_pss_kib:
